@@ -1,0 +1,181 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/internal/capture"
+)
+
+// DefaultMaxOutputBytes is the per-stream capture limit used when
+// [Command.MaxOutputBytes] is zero: 1 MiB.
+const DefaultMaxOutputBytes = 1 << 20
+
+// Sentinel errors, checked with [errors.Is]. Errors returned by podvm wrap
+// one of them and name the culprit.
+var (
+	// ErrInvalidCommand: the Command was refused before anything ran (empty
+	// name, NUL byte, env entry without "=", negative limit).
+	ErrInvalidCommand = errors.New("exec: invalid command")
+	// ErrNotFound: the command does not exist or is not in PATH.
+	ErrNotFound = errors.New("exec: command not found")
+	// ErrPermission: the command exists but cannot be executed.
+	ErrPermission = errors.New("exec: permission denied")
+	// ErrDirNotFound: the working directory does not exist or is not a
+	// directory.
+	ErrDirNotFound = errors.New("exec: working directory not found")
+	// ErrNotAllowed: a [Policy] refused the command; nothing ran.
+	ErrNotAllowed = errors.New("exec: not allowed by policy")
+)
+
+// Command is a program to run and how to run it. It is an argv, never a
+// shell line. The zero value of each optional field is documented on it.
+type Command struct {
+	// Name is the program: a path, or a name looked up in PATH. Required.
+	Name string
+	// Args are the arguments after the program name, passed verbatim.
+	Args []string
+	// Dir is the working directory. If empty, the executor's default is
+	// used: the calling process's directory on the host, the sandbox's
+	// workdir in a VM.
+	Dir string
+	// Env holds KEY=VALUE entries added to the executor's base environment,
+	// replacing entries with the same key. If nil, the base environment is
+	// used unchanged. For [CommandExecutor] the base is the calling
+	// process's environment unless [WithBaseEnv] says otherwise; in a
+	// sandbox it is the sandbox's configured environment, never the host's.
+	Env []string
+	// Stdin, if non-nil, is the command's standard input. If nil, the
+	// command reads from an empty input.
+	Stdin io.Reader
+	// Stdout and Stderr, if non-nil, receive the whole of each stream as
+	// it is produced, in addition to the capture in [Result], even when
+	// the capture is truncated. If one fails, it receives nothing more and
+	// Run reports its error.
+	Stdout, Stderr io.Writer
+	// Timeout bounds the run. Zero means no timeout beyond the context's.
+	Timeout time.Duration
+	// MaxOutputBytes caps each stream's capture. Zero means
+	// [DefaultMaxOutputBytes].
+	MaxOutputBytes int
+}
+
+// Validate reports whether c can be run, with an error matching
+// [ErrInvalidCommand] that names the offending field when it cannot.
+func (c Command) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidCommand}, a...)...)
+	}
+	switch {
+	case c.Name == "":
+		return bad("empty name")
+	case strings.IndexByte(c.Name, 0) >= 0:
+		return bad("NUL byte in name %q", c.Name)
+	case strings.IndexByte(c.Dir, 0) >= 0:
+		return bad("NUL byte in dir %q", c.Dir)
+	case c.Timeout < 0:
+		return bad("negative timeout %v", c.Timeout)
+	case c.MaxOutputBytes < 0:
+		return bad("negative MaxOutputBytes %d", c.MaxOutputBytes)
+	}
+	for i, a := range c.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad("NUL byte in argument %d %q", i, a)
+		}
+	}
+	return ValidateEnv(c.Env)
+}
+
+// ValidateEnv checks that every entry is KEY=VALUE with a non-empty key
+// and no NUL byte, returning an error matching [ErrInvalidCommand].
+func ValidateEnv(env []string) error {
+	for _, e := range env {
+		k, _, ok := strings.Cut(e, "=")
+		switch {
+		case strings.IndexByte(e, 0) >= 0:
+			return fmt.Errorf("%w: NUL byte in env entry %q", ErrInvalidCommand, e)
+		case !ok || k == "":
+			return fmt.Errorf("%w: env entry %q is not KEY=VALUE", ErrInvalidCommand, e)
+		}
+	}
+	return nil
+}
+
+// MergeEnv returns base with the entries of over added; an entry of over
+// replaces every entry of base with the same key, and the last of
+// duplicates within over wins. Order: base's surviving keys first, in
+// their order, then over's new keys. Neither input is modified.
+func MergeEnv(base, over []string) []string {
+	if len(over) == 0 {
+		return base
+	}
+	pos := make(map[string]int, len(base)+len(over))
+	out := make([]string, 0, len(base)+len(over))
+	for _, list := range [][]string{base, over} {
+		for _, e := range list {
+			k, _, _ := strings.Cut(e, "=")
+			if i, ok := pos[k]; ok {
+				out[i] = e
+				continue
+			}
+			pos[k] = len(out)
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// MaxOutput returns the effective per-stream capture limit of c.
+func (c Command) MaxOutput() int {
+	if c.MaxOutputBytes == 0 {
+		return DefaultMaxOutputBytes
+	}
+	return c.MaxOutputBytes
+}
+
+// Result is what a command did. Stdout and Stderr hold the captured
+// output: everything when it fits in the command's MaxOutputBytes,
+// otherwise the first and the last part joined by a marker that states how
+// many bytes were omitted.
+type Result struct {
+	// Stdout and Stderr are the captured streams (see [Result]).
+	Stdout, Stderr string
+	// ExitCode is the exit status: 128+signal when killed by a signal, -1
+	// when the run timed out or was cancelled.
+	ExitCode int
+	// Duration is the wall time from start to the end of the run.
+	Duration time.Duration
+	// TimedOut reports that the timeout or the context ended the run.
+	TimedOut bool
+	// Truncated reports that at least one stream exceeded the cap.
+	Truncated bool
+	// StdoutBytes and StderrBytes count every byte each stream produced,
+	// captured or not.
+	StdoutBytes, StderrBytes int64
+}
+
+// StdoutTail returns the last n lines of stdout, always from the true end
+// of the stream: when the capture was truncated, only lines after the
+// omission marker are returned, never lines from the start.
+func (r *Result) StdoutTail(n int) string {
+	return capture.Tail(capture.Suffix(r.Stdout, r.StdoutBytes), n)
+}
+
+// StderrTail is [Result.StdoutTail] for stderr.
+func (r *Result) StderrTail(n int) string {
+	return capture.Tail(capture.Suffix(r.Stderr, r.StderrBytes), n)
+}
+
+// Executor runs commands. Implementations keep the contract described in
+// the package documentation. Run returns a non-nil Result whenever the
+// command started, even when it also returns an error (a timeout, a failed
+// Stdout writer).
+type Executor interface {
+	Run(ctx context.Context, cmd Command) (*Result, error)
+}
+
+//go:generate go tool mockgen -destination execmock/execmock.go -package execmock -typed . Executor

@@ -1,0 +1,214 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	osexec "os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/podvm/podvm/internal/capture"
+	"github.com/podvm/podvm/internal/deadline"
+)
+
+// DefaultKillGrace is how long Run waits, after the command's process has
+// exited or been killed, for its output pipes to close before it closes
+// them itself: long enough to drain what was written, short enough that a
+// process outside the command's process group holding the pipes cannot
+// delay the return.
+const DefaultKillGrace = 500 * time.Millisecond
+
+// CommandExecutor runs commands as host processes. Each command runs in a
+// process group of its own; when the run ends, by exit, timeout or
+// cancellation, whatever is left of that group is killed. Create one with
+// [NewCommandExecutor]; it is safe for concurrent use.
+type CommandExecutor struct {
+	baseEnv    []string
+	hasBaseEnv bool
+	grace      time.Duration
+}
+
+var _ Executor = (*CommandExecutor)(nil)
+
+// Option configures a [CommandExecutor].
+type Option interface{ apply(*CommandExecutor) }
+
+type optionFunc func(*CommandExecutor)
+
+func (f optionFunc) apply(e *CommandExecutor) { f(e) }
+
+// WithBaseEnv sets the environment commands start from, instead of the
+// calling process's environment. WithBaseEnv(nil) or an empty slice starts
+// commands with an empty environment (plus their Command.Env).
+func WithBaseEnv(env []string) Option {
+	env = append([]string{}, env...)
+	return optionFunc(func(e *CommandExecutor) { e.baseEnv, e.hasBaseEnv = env, true })
+}
+
+// WithKillGrace sets how long Run waits for output pipes after the process
+// ended before closing them; see [DefaultKillGrace].
+func WithKillGrace(d time.Duration) Option {
+	return optionFunc(func(e *CommandExecutor) { e.grace = d })
+}
+
+// NewCommandExecutor returns a host executor.
+func NewCommandExecutor(opts ...Option) *CommandExecutor {
+	e := &CommandExecutor{grace: DefaultKillGrace}
+	for _, o := range opts {
+		o.apply(e)
+	}
+	return e
+}
+
+// Run runs cmd on the host and waits for it; see the package documentation
+// for the contract. The returned error matches [ErrInvalidCommand],
+// [ErrNotFound], [ErrPermission] or [ErrDirNotFound] when the command could
+// not start (with a nil Result), and [context.DeadlineExceeded] or
+// [context.Canceled] when the run was stopped (with the partial Result).
+func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error) {
+	if err := cmd.Validate(); err != nil {
+		return nil, err
+	}
+	if cmd.Dir != "" {
+		if fi, err := os.Stat(cmd.Dir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: %q", ErrDirNotFound, cmd.Dir)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
+	}
+
+	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
+	defer cancel()
+
+	c := osexec.Command(cmd.Name, cmd.Args...)
+	c.Dir = cmd.Dir
+	c.Env = e.env(cmd.Env)
+	c.Stdin = cmd.Stdin
+	// Stdin is copied by os/exec; a reader that blocks forever must not
+	// hold Wait past the grace.
+	c.WaitDelay = e.grace
+	setProcessGroup(c)
+
+	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
+	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
+	}
+	c.Stdout, c.Stderr = outW, errW
+
+	start := time.Now()
+	err = c.Start()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, startError(cmd.Name, err)
+	}
+
+	var drained sync.WaitGroup
+	drain := func(r *os.File, w io.Writer) {
+		defer drained.Done()
+		io.Copy(w, r)
+	}
+	drained.Add(2)
+	go drain(outR, stdout)
+	go drain(errR, stderr)
+
+	// Kill the group when the context ends; after a normal exit, kill what
+	// the command left running in its group.
+	exited := make(chan struct{})
+	go func() {
+		select {
+		case <-runCtx.Done():
+			killGroup(c.Process.Pid)
+		case <-exited:
+		}
+	}()
+	awaitExit(c.Process.Pid)
+	close(exited)
+	killGroup(c.Process.Pid)
+	waitErr := c.Wait()
+
+	// Pipes held by a process that escaped the group are closed after the
+	// grace, so the readers, and Run, return.
+	done := make(chan struct{})
+	go func() { drained.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(e.grace):
+		outR.Close()
+		errR.Close()
+		<-done
+	}
+	outR.Close()
+	errR.Close()
+
+	res := &Result{
+		Stdout:      stdout.String(),
+		Stderr:      stderr.String(),
+		ExitCode:    exitCode(c.ProcessState),
+		Duration:    time.Since(start),
+		Truncated:   stdout.Truncated() || stderr.Truncated(),
+		StdoutBytes: stdout.Total(),
+		StderrBytes: stderr.Total(),
+	}
+	if stopErr := deadline.Err("exec", ctx, runCtx, cmd.Name, cmd.Timeout); stopErr != nil && wasKilled(c.ProcessState) {
+		res.TimedOut, res.ExitCode = true, -1
+		return res, stopErr
+	}
+	if waitErr != nil && !errors.Is(waitErr, osexec.ErrWaitDelay) {
+		var ee *osexec.ExitError
+		if !errors.As(waitErr, &ee) {
+			return res, fmt.Errorf("exec: %s: %w", cmd.Name, waitErr)
+		}
+	}
+	for _, s := range []struct {
+		name string
+		err  error
+	}{{"stdout", stdout.LiveErr()}, {"stderr", stderr.LiveErr()}} {
+		if s.err != nil {
+			return res, fmt.Errorf("exec: %s: %s writer: %w", cmd.Name, s.name, s.err)
+		}
+	}
+	return res, nil
+}
+
+func (e *CommandExecutor) env(over []string) []string {
+	base := e.baseEnv
+	if !e.hasBaseEnv {
+		if over == nil {
+			return nil // os/exec: the calling process's environment
+		}
+		base = os.Environ()
+	}
+	env := MergeEnv(base, over)
+	if env == nil {
+		env = []string{} // empty, not inherited
+	}
+	return env
+}
+
+// startError classifies why a command could not start.
+func startError(name string, err error) error {
+	switch {
+	case errors.Is(err, osexec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("%w: %s: %w", ErrPermission, name, err)
+	}
+	return fmt.Errorf("exec: %s: %w", name, err)
+}

@@ -1,0 +1,39 @@
+// Package podmantest gates podvm's integration tests on a real Podman
+// service: it skips them when none is configured, and fails them instead
+// under CI=true or PODVM_REQUIRE_PODMAN=1, so CI can never pass by
+// skipping. `make test` configures the service (scripts/podman-up.sh).
+package podmantest
+
+import (
+	"os"
+	"testing"
+)
+
+// Env is the Podman service and image the integration tests use.
+type Env struct {
+	// Host is the service URI, from CONTAINER_HOST (unix://, tcp://, ssh://).
+	Host string
+	// Image is the test image, from PODVM_TEST_IMAGE.
+	Image string
+}
+
+// Required reports whether a missing Podman must fail tests rather than
+// skip them.
+func Required() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("PODVM_REQUIRE_PODMAN") == "1"
+}
+
+// Need returns the configured service, or skips t (fails it when
+// [Required]) naming the variables that would enable the test.
+func Need(t testing.TB) Env {
+	t.Helper()
+	e := Env{Host: os.Getenv("CONTAINER_HOST"), Image: os.Getenv("PODVM_TEST_IMAGE")}
+	if e.Host == "" || e.Image == "" {
+		msg := "integration test needs Podman: set CONTAINER_HOST and PODVM_TEST_IMAGE (`eval \"$(scripts/podman-up.sh)\"`, or run `make test`)"
+		if Required() {
+			t.Fatal(msg + "; failing because CI=true or PODVM_REQUIRE_PODMAN=1")
+		}
+		t.Skip(msg)
+	}
+	return e
+}

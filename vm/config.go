@@ -1,0 +1,215 @@
+package vm
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+)
+
+// Labels every podvm sandbox carries, so that [Reap] and
+// `podman ps --filter label=io.podvm.managed` find them.
+const (
+	LabelManaged   = "io.podvm.managed"    // "true"
+	LabelOwnerPID  = "io.podvm.owner.pid"  // pid of the creating process
+	LabelOwnerHost = "io.podvm.owner.host" // hostname of the creating process
+	LabelCreated   = "io.podvm.created"    // creation time, Unix seconds
+)
+
+// Defaults applied to a zero [Config] field.
+const (
+	DefaultNetwork = "none"
+	DefaultPids    = 1024
+)
+
+// DefaultCapabilities are the only Linux capabilities a sandbox keeps; all
+// others are dropped. They let root in the sandbox manage the files it owns
+// and its own processes (chown, writing files of other users, setuid to an
+// unprivileged user, signalling): what compilers, package scripts and test
+// runners need. Dropped, among others: NET_RAW (raw sockets),
+// NET_BIND_SERVICE, SYS_CHROOT, MKNOD (device nodes), AUDIT_WRITE, SETFCAP
+// and SETPCAP (granting capabilities to files or processes).
+var DefaultCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"}
+
+// PullPolicy says when Create fetches the image.
+type PullPolicy string
+
+// Pull policies. The zero value is PullMissing.
+const (
+	PullMissing PullPolicy = "missing" // pull only when not present
+	PullNever   PullPolicy = "never"   // fail with ErrImageNotFound when not present
+	PullAlways  PullPolicy = "always"  // pull before every Create
+)
+
+// Mount makes a host directory or file visible in the sandbox.
+type Mount struct {
+	// Source is an absolute path on the Podman host. It must exist.
+	Source string
+	// Target is an absolute path in the sandbox, not "/".
+	Target string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
+}
+
+// Config describes a sandbox. Only Image is required; every zero field has
+// a safe default, documented on it.
+type Config struct {
+	// Image is the image reference, e.g. "localhost/podvm-test:latest".
+	Image string
+	// Name is the container name. If empty, Podman generates one.
+	Name string
+	// Mounts are bind mounts. Mounting a working directory is one entry:
+	// Mount{Source: dir, Target: "/work"} (with Workdir "/work").
+	Mounts []Mount
+	// Workdir is the default working directory of commands. If empty, the
+	// image's.
+	Workdir string
+	// Env holds KEY=VALUE entries set for every command, on top of the
+	// image's environment. The host's environment never enters the sandbox.
+	Env []string
+	// User runs commands as "user", "uid" or "uid:gid". If empty, the
+	// image's user.
+	User string
+	// Network is "none" (the default: loopback only), or a Podman network
+	// mode or name such as "bridge", "slirp4netns" or "host".
+	Network string
+	// Memory limits the sandbox's memory in bytes (swap included); zero
+	// means no limit. Podman requires at least 6 MiB.
+	Memory int64
+	// CPUs limits CPU time, in CPUs (1.5 = one and a half); zero means no
+	// limit.
+	CPUs float64
+	// Pids limits the number of processes; zero means DefaultPids.
+	Pids int64
+	// ReadOnlyRootfs mounts the image read-only, with a writable tmpfs on
+	// /tmp.
+	ReadOnlyRootfs bool
+	// Labels are added to podvm's own labels (which cannot be overridden).
+	Labels map[string]string
+	// Pull is the image pull policy; empty means PullMissing.
+	Pull PullPolicy
+}
+
+var (
+	// An image reference: name[:tag][@digest], no leading '-', no blanks
+	// or shell metacharacters.
+	imageRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/:@+-]*$`)
+	nameRE  = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+	userRE  = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]*)?$`)
+	netRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.:-]*$`)
+)
+
+// Upper bounds beyond which a limit is certainly a mistake.
+const (
+	minMemory = 6 << 20
+	maxCPUs   = 4096
+	maxPids   = 1 << 22
+)
+
+// Validate reports whether c is usable, with an error matching
+// [ErrInvalidConfig] naming the offending field. It checks form only; that
+// mount sources exist is checked by the backends when the Podman host is
+// this machine.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
+	}
+	switch {
+	case c.Image == "":
+		return bad("empty image")
+	case !imageRE.MatchString(c.Image) || len(c.Image) > 512:
+		return bad("image %q is not an image reference", c.Image)
+	case c.Name != "" && (!nameRE.MatchString(c.Name) || len(c.Name) > 253):
+		return bad("name %q: want letters, digits, '_', '.', '-'", c.Name)
+	case c.Workdir != "" && (!path.IsAbs(c.Workdir) || strings.IndexByte(c.Workdir, 0) >= 0):
+		return bad("workdir %q is not an absolute path", c.Workdir)
+	case c.User != "" && !userRE.MatchString(c.User):
+		return bad("user %q: want user, uid or uid:gid", c.User)
+	case c.Network != "" && !netRE.MatchString(c.Network):
+		return bad("network %q is not a network mode or name", c.Network)
+	case c.Memory < 0 || (c.Memory > 0 && c.Memory < minMemory):
+		return bad("memory %d bytes: want 0 (no limit) or at least %d", c.Memory, minMemory)
+	case c.CPUs < 0 || c.CPUs > maxCPUs || c.CPUs != c.CPUs:
+		return bad("cpus %v: want 0 (no limit) up to %d", c.CPUs, maxCPUs)
+	case c.Pids < 0 || c.Pids > maxPids:
+		return bad("pids %d: want 0 (default %d) up to %d", c.Pids, DefaultPids, maxPids)
+	}
+	switch c.Pull {
+	case "", PullMissing, PullNever, PullAlways:
+	default:
+		return bad("pull policy %q: want %q, %q or %q", c.Pull, PullMissing, PullNever, PullAlways)
+	}
+	if err := exec.ValidateEnv(c.Env); err != nil {
+		return bad("env: %v", err)
+	}
+	for _, m := range c.Mounts {
+		if err := m.validate(); err != nil {
+			return bad("%v", err)
+		}
+	}
+	for k, v := range c.Labels {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return bad("label %q=%q", k, v)
+		}
+	}
+	return nil
+}
+
+func (m Mount) validate() error {
+	switch {
+	case !path.IsAbs(m.Source):
+		return fmt.Errorf("mount source %q is not an absolute path", m.Source)
+	case !path.IsAbs(m.Target):
+		return fmt.Errorf("mount target %q is not an absolute path", m.Target)
+	case path.Clean(m.Target) == "/":
+		return fmt.Errorf("mount target %q would hide the whole sandbox", m.Target)
+	case strings.ContainsAny(m.Source+m.Target, ",:\x00"):
+		return fmt.Errorf("mount %q -> %q: ',', ':' and NUL are not allowed in paths", m.Source, m.Target)
+	}
+	return nil
+}
+
+// checkMountSources checks that every mount source exists on this machine;
+// backends call it when the Podman host is local.
+func (c Config) checkMountSources() error {
+	for _, m := range c.Mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			return fmt.Errorf("%w: mount source %q: %w", ErrInvalidConfig, m.Source, err)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns c with its zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Network == "" {
+		c.Network = DefaultNetwork
+	}
+	if c.Pids == 0 {
+		c.Pids = DefaultPids
+	}
+	if c.Pull == "" {
+		c.Pull = PullMissing
+	}
+	return c
+}
+
+// labels returns the user's labels plus podvm's own.
+func (c Config) labels() map[string]string {
+	l := maps.Clone(c.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	host, _ := os.Hostname()
+	l[LabelManaged] = "true"
+	l[LabelOwnerPID] = strconv.Itoa(os.Getpid())
+	l[LabelOwnerHost] = host
+	l[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
+	return l
+}

@@ -1,0 +1,18 @@
+// Package vm runs commands in throw-away Podman sandboxes.
+//
+// A [VM] is an [github.com/podvm/podvm/exec.Executor] whose commands run in a
+// container: the same Command in, the same Result out, so code written for
+// the host runs unchanged in a sandbox. Two backends keep one contract:
+// [APIVM] speaks the Podman REST API over its socket (unix://, tcp://,
+// ssh://) and [CLIVM] drives the podman command through an Executor.
+// [New] picks the socket when one answers and falls back to the CLI.
+//
+// Sandboxes are locked down by default: no network, no-new-privileges, a
+// small capability set, a pids limit and no host environment (see
+// [Config]). Every sandbox carries the labels [LabelManaged] and
+// [LabelOwnerPID], so sandboxes left behind by a crashed process can be
+// found and removed.
+//
+// Package vm never runs a shell on the host, and never passes a command
+// through a shell inside the sandbox: argv reaches the program verbatim.
+package vm
