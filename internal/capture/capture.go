@@ -38,17 +38,15 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	if len(p) == 0 || tailCap == 0 {
 		return n, nil
 	}
+	if b.ring == nil {
+		b.ring = make([]byte, 0, tailCap)
+	}
 	if len(p) >= tailCap {
 		// Only the last tailCap bytes of p can survive.
-		if b.ring == nil {
-			b.ring = make([]byte, tailCap)
-		}
+		b.ring = b.ring[:tailCap]
 		copy(b.ring, p[len(p)-tailCap:])
 		b.pos, b.full = 0, true
 		return n, nil
-	}
-	if b.ring == nil {
-		b.ring = make([]byte, 0, tailCap)
 	}
 	if !b.full {
 		if k := min(tailCap-len(b.ring), len(p)); k > 0 {

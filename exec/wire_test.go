@@ -1,0 +1,62 @@
+package exec_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/exec"
+)
+
+func TestCommandJSON(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command{Name: "go", Args: []string{"build", "./..."}, Dir: "/src", Env: []string{"CGO_ENABLED=0"}, Timeout: 1500 * time.Millisecond, MaxOutputBytes: 4096}
+	data, err := json.Marshal(cmd)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"command":"go","args":["build","./..."],"dir":"/src","env":["CGO_ENABLED=0"],"timeout":1.5,"max_output_bytes":4096}`, string(data))
+
+	var back exec.Command
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, cmd, back)
+}
+
+func TestCommandJSONRejects(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`{"command":"x","timeout":-1}`, `{"command":"x","timeout":1e300}`, `{"command":7}`, `[]`} {
+		var c exec.Command
+		assert.Error(t, json.Unmarshal([]byte(in), &c), in)
+	}
+}
+
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+	res := exec.Result{Stdout: "out\n", Stderr: "err\n", ExitCode: 3, Duration: 2500 * time.Microsecond, TimedOut: true, Truncated: true, StdoutBytes: 4, StderrBytes: 4}
+	data, err := json.Marshal(res)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"stdout":"out\n","stderr":"err\n","exit_code":3,"duration_ms":2.5,"is_timeout":true,"truncated":true,"stdout_bytes":4,"stderr_bytes":4}`, string(data))
+	var back exec.Result
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, res, back)
+
+	// A pointer marshals the same way.
+	data2, err := json.Marshal(&res)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(data), string(data2))
+}
+
+func TestResultJSONKeepsTails(t *testing.T) {
+	t.Parallel()
+	cmd := helper("lines", "5000")
+	cmd.MaxOutputBytes = 200
+	res, err := host.Run(t.Context(), cmd)
+	require.NoError(t, err)
+	data, err := json.Marshal(res)
+	require.NoError(t, err)
+	var back exec.Result
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, "line 4999\nline 5000\n", back.StdoutTail(2))
+	assert.Equal(t, res.StdoutTail(50), back.StdoutTail(50))
+}
