@@ -1,16 +1,28 @@
 # podvm — run `make help` for the targets.
 SHELL := /bin/bash
 GO    ?= go
+# Podman is required (a missing one fails instead of skipping) under CI.
+export PODVM_REQUIRE_PODMAN ?= $(if $(filter true,$(CI)),1,)
 
-.PHONY: help test unit lint generate check-generate bench
+# Runs a recipe line with the project's Podman service in the environment:
+# CONTAINER_HOST, PODVM_TEST_IMAGE and, where needed, CONTAINERS_CONF.
+# Without Podman, integration tests skip, or fail when it is required.
+WITH_PODMAN = if env=$$(scripts/podman-up.sh); then eval "$$env"; \
+	elif [ "$$PODVM_REQUIRE_PODMAN" = 1 ]; then echo "podman is required here (CI=true or PODVM_REQUIRE_PODMAN=1)"; exit 1; \
+	else echo "no podman: integration tests will skip"; fi
+
+.PHONY: help test unit lint generate check-generate bench podman podman-down check-leaks
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-test: lint unit ## every test (unit and integration)
+test: lint check-generate ## every test: unit and integration against a real Podman, then a leak check
+	@$(WITH_PODMAN); set -o pipefail; \
+	$(GO) test -race -count=1 -timeout 15m ./... 2>&1 | tee .podvm-test.log; rc=$$?; \
+	if command -v podman >/dev/null; then scripts/check-leaks.sh || rc=1; fi; exit $$rc
 
-unit: ## unit tests with the race detector
-	$(GO) test -race -count=1 ./...
+unit: ## unit tests only (integration tests skip without CONTAINER_HOST)
+	env -u CONTAINER_HOST PODVM_REQUIRE_PODMAN= $(GO) test -race -count=1 ./...
 
 lint: ## gofmt, go vet, tag-free builds with and without cgo
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }
@@ -23,7 +35,16 @@ generate: ## regenerate the mocks
 
 check-generate: generate ## fail if the committed mocks are stale
 	@git diff --exit-code -- '*mock*' || { echo "mocks are stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- '*mock*')" || { echo "untracked mocks: commit them"; exit 1; }
+	@test -z "$$(git status --porcelain -- '*mock*')" || { echo "uncommitted mocks: commit them"; exit 1; }
 
-bench: ## benchmarks with ratios against the alternatives
+bench: ## benchmarks, as ratios against the alternatives in one run
 	$(GO) test -run '^$$' -bench . -benchmem ./exec/
+
+podman: ## bring up the project's Podman service and test image (idempotent)
+	@scripts/podman-up.sh
+
+podman-down: ## stop only what `make podman` started
+	@scripts/podman-down.sh
+
+check-leaks: ## fail if any podvm sandbox container is left
+	@scripts/check-leaks.sh
