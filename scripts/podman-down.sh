@@ -11,7 +11,7 @@ PIDFILE=$STATE/service.pid
 
 # Is $1 still our service? (Not a reused PID, not a zombie: both have another
 # or an empty command line.)
-ours() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "system service --time=0 unix://$SOCK"; }
+ours() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF "system service --time=0 unix://$SOCK"; }
 
 sh "$REPO/scripts/podman-clean.sh"
 

@@ -81,7 +81,7 @@ ping_ok() { curl -fsS --max-time 2 --unix-socket "$SOCK" http://d/_ping 2>/dev/n
 # The PID in service.pid, if it is still our service (and not a reused PID).
 service_pid() {
 	pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "system service --time=0 unix://$SOCK" || return 1
+	tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "system service --time=0 unix://$SOCK" || return 1
 	echo "$pid"
 }
 
