@@ -1,0 +1,122 @@
+package vm
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// ErrUnsafeArchive: a tar stream handed to CopyIn, or coming out of the
+// sandbox in CopyOut, holds an entry that would land outside its
+// destination. The error names the entry.
+var ErrUnsafeArchive = errors.New("vm: unsafe archive entry")
+
+// guardTar returns a reader that yields the tar stream r, entry by entry,
+// re-encoded, and fails with an error wrapping [ErrUnsafeArchive] at the
+// first entry that [checkEntry] refuses. Nothing of a refused entry is
+// emitted. It pulls from r only as it is read, so it holds one chunk of
+// the stream in memory, never the whole archive.
+func guardTar(r io.Reader) io.Reader {
+	g := &tarGuard{tr: tar.NewReader(r), links: map[string]bool{}}
+	g.tw = tar.NewWriter(&g.out)
+	return g
+}
+
+type tarGuard struct {
+	tr      *tar.Reader
+	tw      *tar.Writer
+	out     bytes.Buffer // encoded bytes not yet read
+	inEntry bool         // the current entry's content is being copied
+	links   map[string]bool
+	err     error // sticky; io.EOF once the trailer is out
+}
+
+func (g *tarGuard) Read(p []byte) (int, error) {
+	for g.out.Len() == 0 && g.err == nil {
+		g.err = g.fill()
+	}
+	if g.out.Len() > 0 {
+		return g.out.Read(p)
+	}
+	return 0, g.err
+}
+
+// fill encodes the next piece of the stream into g.out: a chunk of the
+// current entry, the next header, or the trailer.
+func (g *tarGuard) fill() error {
+	if g.inEntry {
+		_, err := io.CopyN(g.tw, g.tr, 32<<10)
+		if err == io.EOF {
+			g.inEntry = false
+			return nil
+		}
+		return err
+	}
+	h, err := g.tr.Next()
+	if err == io.EOF {
+		if err := g.tw.Close(); err != nil {
+			return err
+		}
+		return io.EOF
+	}
+	if err != nil {
+		return fmt.Errorf("vm: reading tar stream: %w", err)
+	}
+	if err := checkEntry(h, g.links); err != nil {
+		return err
+	}
+	if err := g.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("vm: tar entry %q: %w", h.Name, err)
+	}
+	g.inEntry = true
+	return nil
+}
+
+// checkEntry refuses an entry whose name is absolute or climbs out with
+// "..", that lies beneath a symlink of the same archive (which could
+// redirect it anywhere), a symlink whose target is absolute or resolves
+// outside the archive's root, a hard link to a path outside it, and
+// device nodes. links collects the archive's symlinks seen so far.
+func checkEntry(h *tar.Header, links map[string]bool) error {
+	unsafe := func(why string) error {
+		return fmt.Errorf("%w %q: %s", ErrUnsafeArchive, h.Name, why)
+	}
+	name := path.Clean(h.Name)
+	switch {
+	case path.IsAbs(name):
+		return unsafe("absolute path")
+	case escapes(name):
+		return unsafe("path leaves the destination")
+	case strings.ContainsRune(h.Name, 0):
+		return unsafe("NUL byte in name")
+	}
+	for dir := path.Dir(name); dir != "." && dir != "/"; dir = path.Dir(dir) {
+		if links[dir] {
+			return unsafe(fmt.Sprintf("lies beneath symlink %q", dir))
+		}
+	}
+	switch h.Typeflag {
+	case tar.TypeSymlink:
+		switch {
+		case path.IsAbs(h.Linkname):
+			return unsafe(fmt.Sprintf("symlink to absolute path %q", h.Linkname))
+		case escapes(path.Join(path.Dir(name), h.Linkname)):
+			return unsafe(fmt.Sprintf("symlink %q points outside the destination", h.Linkname))
+		}
+		links[name] = true
+	case tar.TypeLink:
+		if path.IsAbs(h.Linkname) || escapes(path.Clean(h.Linkname)) {
+			return unsafe(fmt.Sprintf("hard link to %q outside the destination", h.Linkname))
+		}
+	case tar.TypeChar, tar.TypeBlock:
+		return unsafe("device node")
+	}
+	return nil
+}
+
+// escapes reports whether the cleaned relative path p climbs above its root.
+func escapes(p string) bool { return p == ".." || strings.HasPrefix(p, "../") }

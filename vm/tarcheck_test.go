@@ -1,0 +1,232 @@
+package vm
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// entry is one tar entry for a test archive: a file with Body, or a link.
+type entry struct {
+	Type     byte
+	Name     string
+	Linkname string
+	Body     string
+	Mode     int64
+}
+
+func archive(t testing.TB, entries ...entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Typeflag: e.Type, Name: e.Name, Linkname: e.Linkname, Mode: e.Mode, Size: int64(len(e.Body))}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if h.Typeflag != tar.TypeReg {
+			h.Size = 0
+		}
+		require.NoError(t, tw.WriteHeader(h))
+		_, err := io.WriteString(tw, e.Body)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	return buf.Bytes()
+}
+
+func TestGuardTarPassesSafeArchives(t *testing.T) {
+	big := strings.Repeat("0123456789abcdef", 10<<10) // spans many chunks
+	in := archive(t,
+		entry{Type: tar.TypeDir, Name: "out/", Mode: 0o755},
+		entry{Name: "out/bin", Body: "\x00\x01\xff binary", Mode: 0o755},
+		entry{Name: "out/big", Body: big, Mode: 0o600},
+		entry{Name: "./out/empty"},
+		entry{Type: tar.TypeSymlink, Name: "out/link", Linkname: "bin"},
+		entry{Type: tar.TypeSymlink, Name: "out/sub/up", Linkname: "../bin"},
+		entry{Type: tar.TypeLink, Name: "out/hard", Linkname: "out/bin"},
+	)
+	got, err := io.ReadAll(guardTar(bytes.NewReader(in)))
+	require.NoError(t, err)
+
+	want := listTar(t, in)
+	assert.Equal(t, want, listTar(t, got), "entries, modes and contents survive")
+}
+
+// listTar renders an archive as one line per entry, contents included.
+func listTar(t *testing.T, b []byte) []string {
+	t.Helper()
+	var out []string
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err)
+		body, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		out = append(out, strings.Join([]string{string(h.Typeflag), h.Name, h.Linkname, string(rune('0' + h.Mode&7)), string(body)}, "|"))
+	}
+}
+
+func TestGuardTarRefusesEscapes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		culprit string
+	}{
+		{"absolute name", []entry{{Name: "/etc/passwd"}}, "/etc/passwd"},
+		{"dot-dot", []entry{{Name: "../x"}}, "../x"},
+		{"dot-dot inside", []entry{{Name: "a/../../x"}}, "a/../../x"},
+		{"symlink up", []entry{{Type: tar.TypeSymlink, Name: "l", Linkname: "../x"}}, "l"},
+		{"symlink deep up", []entry{{Type: tar.TypeSymlink, Name: "a/b/l", Linkname: "../../../x"}}, "a/b/l"},
+		{"symlink absolute", []entry{{Type: tar.TypeSymlink, Name: "l", Linkname: "/etc"}}, "l"},
+		{"hard link up", []entry{{Type: tar.TypeLink, Name: "h", Linkname: "../x"}}, "h"},
+		{"hard link absolute", []entry{{Type: tar.TypeLink, Name: "h", Linkname: "/etc/shadow"}}, "h"},
+		{"through a symlink", []entry{{Type: tar.TypeSymlink, Name: "d", Linkname: "."}, {Name: "d/f"}}, "d/f"},
+		// Lexically "a/a/a/../../.." is ".", but with a -> . it climbs three levels.
+		{"symlink chain", []entry{
+			{Type: tar.TypeSymlink, Name: "a", Linkname: "."},
+			{Type: tar.TypeSymlink, Name: "a/a/a/l", Linkname: "../../.."},
+		}, "a/a/a/l"},
+		{"device", []entry{{Type: tar.TypeChar, Name: "null"}}, "null"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := archive(t, append([]entry{{Name: "first", Body: "ok"}}, tc.entries...)...)
+			got, err := io.ReadAll(guardTar(bytes.NewReader(in)))
+			require.ErrorIs(t, err, ErrUnsafeArchive)
+			assert.Contains(t, err.Error(), `"`+tc.culprit+`"`, "the error names the entry")
+			// What came out before the refusal holds only the safe entries.
+			var names []string
+			tr := tar.NewReader(bytes.NewReader(got))
+			for {
+				h, err := tr.Next()
+				if err != nil {
+					break
+				}
+				names = append(names, h.Name)
+			}
+			assert.Equal(t, "first", names[0])
+			assert.NotContains(t, names, tc.culprit, "nothing of the refused entry is emitted")
+		})
+	}
+}
+
+func TestGuardTarEmptyAndCorrupt(t *testing.T) {
+	got, err := io.ReadAll(guardTar(bytes.NewReader(archive(t))))
+	require.NoError(t, err)
+	assert.Empty(t, listTar(t, got))
+
+	in := archive(t, entry{Name: "f", Body: strings.Repeat("x", 2000)})
+	_, err = io.ReadAll(guardTar(bytes.NewReader(in[:700])))
+	require.Error(t, err, "a truncated stream is an error, not a short archive")
+	assert.False(t, errors.Is(err, ErrUnsafeArchive))
+}
+
+// FuzzCheckEntry builds archives from lines "TYPE NAME [TARGET]" (TYPE f,
+// d, s or h) and checks the guard's promise against a model of extraction
+// that follows symlinks: an accepted archive never places an entry or a
+// link's destination outside the root.
+func FuzzCheckEntry(f *testing.F) {
+	for _, s := range []string{
+		"f a\ns l a",
+		"s a .\ns a/a/a/l ../../..",
+		"d x\ns x/y ../..\nf x/y/z",
+		"s l ../x",
+		"h h a/../b",
+		"f ./a/./b\ns c a/b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		links := map[string]string{}
+		for _, line := range strings.Split(spec, "\n") {
+			typ, rest, _ := strings.Cut(line, " ")
+			name, target, _ := strings.Cut(rest, " ")
+			h := &tar.Header{Name: name, Linkname: target, Typeflag: tar.TypeReg}
+			switch typ {
+			case "d":
+				h.Typeflag = tar.TypeDir
+			case "s":
+				h.Typeflag = tar.TypeSymlink
+			case "h":
+				h.Typeflag = tar.TypeLink
+			}
+			set := map[string]bool{}
+			for l := range links {
+				set[l] = true
+			}
+			if checkEntry(h, set) != nil {
+				continue
+			}
+			clean := path.Clean(name)
+			if resolve(clean, links) < 0 {
+				t.Fatalf("accepted %q, which lands outside the root", line)
+			}
+			switch h.Typeflag {
+			case tar.TypeSymlink:
+				links[clean] = target
+				if resolve(clean+"/x", links) < 0 {
+					t.Fatalf("accepted symlink %q, which points outside the root", line)
+				}
+			case tar.TypeLink:
+				if resolve(path.Clean(target), links) < 0 {
+					t.Fatalf("accepted hard link %q to outside the root", line)
+				}
+			}
+		}
+	})
+}
+
+// resolve walks p component by component from the root, following the
+// symlinks in links, and returns the lowest depth it reached (negative:
+// it left the root).
+func resolve(p string, links map[string]string) int {
+	lowest := 0
+	var walk func(parts []string, depth int, cur []string, hops int)
+	walk = func(parts []string, depth int, cur []string, hops int) {
+		for i, part := range parts {
+			switch part {
+			case "", ".":
+				continue
+			case "..":
+				depth--
+				if depth < lowest {
+					lowest = depth
+				}
+				if len(cur) > 0 {
+					cur = cur[:len(cur)-1]
+				}
+				continue
+			}
+			cur = append(cur, part)
+			depth++
+			if target, ok := links[strings.Join(cur, "/")]; ok {
+				if hops == 40 {
+					return // a loop: the kernel says ELOOP, nothing is reached
+				}
+				cur = cur[:len(cur)-1]
+				depth--
+				if strings.HasPrefix(target, "/") {
+					lowest = -1 << 30
+					return
+				}
+				walk(append(strings.Split(target, "/"), parts[i+1:]...), depth, cur, hops+1)
+				return
+			}
+		}
+	}
+	walk(strings.Split(p, "/"), 0, nil, 0)
+	return lowest
+}
