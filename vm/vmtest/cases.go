@@ -1,0 +1,405 @@
+package vmtest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+)
+
+// Grace is how long past its timeout a Run may take to return: the time
+// to kill the command inside the sandbox and collect its result.
+const Grace = 10 * time.Second
+
+// sh runs a shell script in the sandbox, passing args as $1...
+func sh(script string, args ...string) exec.Command {
+	return exec.Command{Name: "sh", Args: append([]string{"-c", script, "sh"}, args...)}
+}
+
+// run runs cmd, observing its outcome under label.
+func run(ctx context.Context, v vm.VM, label string, cmd exec.Command) (*exec.Result, error, Observation) {
+	res, err := v.Run(ctx, cmd)
+	return res, err, Observe(label, res, err)
+}
+
+// want checks a finished run's outcome; a nil error is expected.
+func want(t *testing.T, res *exec.Result, err error, stdout, stderr string, code int) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("Run: unexpected error %v", err)
+	}
+	if res.Stdout != stdout || res.Stderr != stderr || res.ExitCode != code {
+		t.Errorf("got stdout %s, stderr %s, exit %d; want %q, %q, %d", clip(res.Stdout), clip(res.Stderr), res.ExitCode, stdout, stderr, code)
+	}
+}
+
+// single is a case made of one command whose outcome is fully known.
+func single(name, promise string, cmd exec.Command, stdout, stderr string, code int) Case {
+	return Case{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+		res, err, o := run(ctx, v, name, cmd)
+		want(t, res, err, stdout, stderr, code)
+		return []Observation{o}
+	}}
+}
+
+// failing is a case whose command must fail with target before running.
+func failing(name, promise string, cmd exec.Command, target error) Case {
+	return Case{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+		res, err, o := run(ctx, v, name, cmd)
+		if !errors.Is(err, target) {
+			t.Fatalf("got error %v (result %+v); want one matching %v", err, res, target)
+		}
+		if res != nil {
+			t.Errorf("a command that did not start has no Result; got %+v", res)
+		}
+		return []Observation{o}
+	}}
+}
+
+// sandboxPS lists the sandbox's processes' command lines.
+func sandboxPS(ctx context.Context, t *testing.T, v vm.VM) string {
+	t.Helper()
+	res, err := v.Run(ctx, exec.Command{Name: "ps", Args: []string{"-o", "pid,args"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("ps in the sandbox: %v %+v", err, res)
+	}
+	return res.Stdout
+}
+
+// stopped is the shared body of the timeout and cancel cases: the command
+// must be stopped within its deadline plus Grace, keep its partial output,
+// and leave nothing of itself in the sandbox.
+func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Context) (context.Context, exec.Command, time.Duration), target error) []Observation {
+	// The sleeps' durations are unique so ps can tell them apart.
+	rctx, cmd, limit := stop(ctx)
+	start := time.Now()
+	res, err := v.Run(rctx, cmd)
+	elapsed := time.Since(start)
+	if !errors.Is(err, target) {
+		t.Fatalf("got error %v; want one matching %v", err, target)
+	}
+	if res == nil {
+		t.Fatal("a stopped run returns its partial Result")
+	}
+	if !res.TimedOut || res.ExitCode != -1 {
+		t.Errorf("TimedOut %v, ExitCode %d; want true, -1", res.TimedOut, res.ExitCode)
+	}
+	if res.Stdout != "started\n" {
+		t.Errorf("partial output %q; want %q", res.Stdout, "started\n")
+	}
+	if elapsed > limit+Grace {
+		t.Errorf("Run returned after %v; want within %v + %v", elapsed, limit, Grace)
+	}
+	if ps := sandboxPS(ctx, t, v); strings.Contains(ps, "sleep 3011") {
+		t.Errorf("the command's processes survived in the sandbox:\n%s", ps)
+	}
+	return []Observation{Observe("stopped", res, err)}
+}
+
+const treeScript = `echo started; sleep 3011 & sleep 3011`
+
+// Cases returns the conformance cases, a fresh table each call.
+func Cases() []Case {
+	cases := []Case{
+		single("output/text", "stdout is captured as produced",
+			exec.Command{Name: "echo", Args: []string{"hello, sandbox"}}, "hello, sandbox\n", "", 0),
+		single("output/binary", "output is bytes, NULs and invalid UTF-8 included",
+			exec.Command{Name: "printf", Args: []string{`a\000b\377\n`}}, "a\x00b\xff\n", "", 0),
+		single("output/empty", "a silent command has empty output",
+			exec.Command{Name: "true"}, "", "", 0),
+		single("output/separate", "stdout and stderr are separate",
+			sh(`echo out; echo err >&2; echo out2`), "out\nout2\n", "err\n", 0),
+		{Name: "output/10MB", Promise: "large output arrives whole under a large enough cap",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				cmd := sh(`dd if=/dev/zero bs=1048576 count=10 2>/dev/null`)
+				cmd.MaxOutputBytes = 16 << 20
+				res, err, o := run(ctx, v, "10MB", cmd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.StdoutBytes != 10<<20 || res.Stdout != strings.Repeat("\x00", 10<<20) || res.Truncated {
+					t.Errorf("got %d bytes (captured %d, truncated %v); want 10 MiB of NULs", res.StdoutBytes, len(res.Stdout), res.Truncated)
+				}
+				return []Observation{o}
+			}},
+		{Name: "output/both-busy", Promise: "both streams are drained concurrently, in order, without deadlock",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				res, err, o := run(ctx, v, "busy", sh(`i=0; while [ $i -lt 20000 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out, errs strings.Builder
+				for i := range 20000 {
+					fmt.Fprintf(&out, "out %d\n", i)
+					fmt.Fprintf(&errs, "err %d\n", i)
+				}
+				if res.Stdout != out.String() || res.Stderr != errs.String() {
+					t.Errorf("streams mixed or lost: stdout %d bytes, stderr %d bytes; want %d, %d", len(res.Stdout), len(res.Stderr), out.Len(), errs.Len())
+				}
+				return []Observation{o}
+			}},
+		{Name: "output/over-cap", Promise: "the capture keeps head and tail, counts every byte and tails from the true end",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				cmd := exec.Command{Name: "seq", Args: []string{"1", "100000"}, MaxOutputBytes: 1000}
+				res, err, o := run(ctx, v, "over-cap", cmd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Truncated || res.StdoutBytes != 588895 || !strings.HasPrefix(res.Stdout, "1\n2\n3\n") || len(res.Stdout) > 1100 {
+					t.Errorf("truncated %v, %d bytes, captured %s", res.Truncated, res.StdoutBytes, clip(res.Stdout))
+				}
+				if tail := res.StdoutTail(2); tail != "99999\n100000\n" {
+					t.Errorf("StdoutTail(2) = %q", tail)
+				}
+				return []Observation{o}
+			}},
+		single("exit/signal", "death by a signal is 128+signal",
+			sh(`kill -9 $$`), "", "", 137),
+		failing("exit/not-found", "a missing command is exec.ErrNotFound, not an exit code",
+			exec.Command{Name: "podvm-no-such-command"}, exec.ErrNotFound),
+		failing("exit/not-executable", "a file without the exec bit is exec.ErrPermission",
+			exec.Command{Name: "/etc/passwd"}, exec.ErrPermission),
+		single("exit/127-is-data", "a command's own exit 127 is data, not ErrNotFound",
+			sh(`echo gone >&2; exit 127`), "", "gone\n", 127),
+		single("args/verbatim", "arguments arrive byte for byte; no shell interprets them",
+			exec.Command{Name: "printf", Args: []string{`%s|`, "$(id)", "`id`", "*", "a;b", `"q"`, "'s'", "two words", "", "ünï€ødé", "$HOME"}},
+			"$(id)|`id`|*|a;b|\"q\"|'s'|two words||ünï€ødé|$HOME|", "", 0),
+		{Name: "env/merge", Promise: "config env and command env merge, the command winning; no host variable enters",
+			Config: func(c *vm.Config) { c.Env = []string{"A=config", "B=config"} },
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				cmd := exec.Command{Name: "env", Env: []string{"B=command", "C=command"}}
+				res, err, _ := run(ctx, v, "env", cmd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vars := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+				for _, w := range []string{"A=config", "B=command", "C=command"} {
+					if !slices.Contains(vars, w) {
+						t.Errorf("%s missing from %q", w, vars)
+					}
+				}
+				for _, kv := range os.Environ() {
+					k, _, _ := strings.Cut(kv, "=")
+					if k != "PATH" && k != "HOME" && k != "HOSTNAME" && k != "TERM" && k != "container" && slices.Contains(vars, kv) {
+						t.Errorf("host variable %s leaked into the sandbox", kv)
+					}
+				}
+				// The env output is compared by the variables podvm controls.
+				r := *res
+				r.Stdout, r.StdoutBytes = "", 0
+				for _, kv := range vars {
+					if strings.HasPrefix(kv, "A=") || strings.HasPrefix(kv, "B=") || strings.HasPrefix(kv, "C=") {
+						r.Stdout += kv + "\n"
+					}
+				}
+				return []Observation{Observe("env", &r, nil)}
+			}},
+		{Name: "workdir", Promise: "the config's workdir is the default, Command.Dir overrides it, a missing one is ErrDirNotFound",
+			Config: func(c *vm.Config) { c.Workdir = "/tmp" },
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				res, err, o1 := run(ctx, v, "default", exec.Command{Name: "pwd"})
+				want(t, res, err, "/tmp\n", "", 0)
+				res, err, o2 := run(ctx, v, "override", exec.Command{Name: "pwd", Dir: "/etc"})
+				want(t, res, err, "/etc\n", "", 0)
+				_, err, o3 := run(ctx, v, "missing", exec.Command{Name: "pwd", Dir: "/no/such/dir"})
+				if !errors.Is(err, exec.ErrDirNotFound) {
+					t.Errorf("missing workdir: got %v; want exec.ErrDirNotFound", err)
+				}
+				return []Observation{o1, o2, o3}
+			}},
+		{Name: "user", Promise: "commands run as the config's user",
+			Config: func(c *vm.Config) { c.User = "65534:65534" },
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				res, err, o := run(ctx, v, "id", sh(`id -u; id -g`))
+				want(t, res, err, "65534\n65534\n", "", 0)
+				return []Observation{o}
+			}},
+		{Name: "stdin", Promise: "stdin is streamed whole and closed; no stdin reads as empty",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				var obs []Observation
+				big := make([]byte, 5<<20)
+				_, _ = rand.Read(big)
+				for _, in := range []struct {
+					label string
+					data  []byte
+				}{{"small", []byte("hello\n")}, {"5MB", big}, {"none", nil}} {
+					cmd := exec.Command{Name: "cat", MaxOutputBytes: 8 << 20}
+					if in.data != nil {
+						cmd.Stdin = bytes.NewReader(in.data)
+					}
+					res, err, o := run(ctx, v, in.label, cmd)
+					want(t, res, err, string(in.data), "", 0)
+					if in.label == "5MB" { // random: compare by length only
+						o.Result.Stdout = strconv.Itoa(len(o.Result.Stdout))
+					}
+					obs = append(obs, o)
+				}
+				return obs
+			}},
+		{Name: "timeout", Promise: "a timeout kills the command and its children inside the sandbox, keeping partial output",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				return stopped(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
+					cmd := sh(treeScript)
+					cmd.Timeout = 2 * time.Second
+					return ctx, cmd, cmd.Timeout
+				}, context.DeadlineExceeded)
+			}},
+		{Name: "cancel", Promise: "cancelling the context kills the command and its children inside the sandbox",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				return stopped(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
+					rctx, cancel := context.WithCancel(ctx)
+					time.AfterFunc(2*time.Second, cancel)
+					return rctx, sh(treeScript), 2 * time.Second
+				}, context.Canceled)
+			}},
+		{Name: "concurrent", Promise: "concurrent Runs on one VM each get their own result",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				obs := make([]Observation, 16)
+				var wg sync.WaitGroup
+				for i := range obs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						id := strconv.Itoa(i)
+						res, err := v.Run(ctx, sh(`echo "out $1"; echo "err $1" >&2; exit $1`, id))
+						if err != nil || res.Stdout != "out "+id+"\n" || res.Stderr != "err "+id+"\n" || res.ExitCode != i {
+							t.Errorf("run %d: got %+v, %v", i, res, err)
+						}
+						obs[i] = Observe(id, res, err)
+					}()
+				}
+				wg.Wait()
+				return obs
+			}},
+		{Name: "lifecycle/remove-twice", Promise: "Remove is idempotent; Run after Remove is ErrRemoved",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				for i := range 2 {
+					if err := v.Remove(ctx); err != nil {
+						t.Fatalf("Remove #%d: %v", i+1, err)
+					}
+				}
+				res, err, o := run(ctx, v, "after-remove", exec.Command{Name: "true"})
+				if !errors.Is(err, vm.ErrRemoved) || res != nil {
+					t.Errorf("Run after Remove: got %v, %v; want ErrRemoved", res, err)
+				}
+				if v.CopyIn(ctx, "/tmp", bytes.NewReader(nil)) == nil {
+					t.Error("CopyIn after Remove succeeded")
+				}
+				return []Observation{o}
+			}},
+		{Name: "lifecycle/uncreated", Promise: "Run before Create is ErrNotCreated; Remove of a never-created VM succeeds",
+			Uncreated: true,
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				res, err, o := run(ctx, v, "before-create", exec.Command{Name: "true"})
+				if !errors.Is(err, vm.ErrNotCreated) || res != nil {
+					t.Errorf("Run before Create: got %v, %v; want ErrNotCreated", res, err)
+				}
+				if v.ID() != "" {
+					t.Errorf("ID before Create = %q", v.ID())
+				}
+				if err := v.Remove(ctx); err != nil {
+					t.Errorf("Remove before Create: %v", err)
+				}
+				return []Observation{o}
+			}},
+		{Name: "copy/round-trip", Promise: "files copied in come back out byte for byte with their modes",
+			Test: copyRoundTrip},
+	}
+	for _, code := range []int{0, 1, 7, 255} {
+		cases = append(cases, single("exit/"+strconv.Itoa(code), "a non-zero exit is data, never an error",
+			sh(`exit $1`, strconv.Itoa(code)), "", "", code))
+	}
+	return cases
+}
+
+type file struct {
+	name string
+	mode int64
+	data []byte
+}
+
+func copyRoundTrip(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+	blob := make([]byte, 256<<10)
+	_, _ = rand.Read(blob)
+	files := []file{
+		{"box/", 0o750, nil},
+		{"box/tool", 0o755, append([]byte("\x7fELF\x00\x00"), blob...)},
+		{"box/notes.txt", 0o600, []byte("line 1\nline 2\n")},
+		{"box/empty", 0o644, nil},
+	}
+	var in bytes.Buffer
+	tw := tar.NewWriter(&in)
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0)}
+		if strings.HasSuffix(f.name, "/") {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(f.data)
+	}
+	tw.Close()
+	if err := v.CopyIn(ctx, "/tmp", &in); err != nil {
+		skipIfNotSupported(t, err)
+		t.Fatalf("CopyIn: %v", err)
+	}
+	res, err, o := run(ctx, v, "ls", sh(`cd /tmp/box && stat -c '%n %a %s' tool notes.txt empty`))
+	want(t, res, err, fmt.Sprintf("tool 755 %d\nnotes.txt 600 14\nempty 644 0\n", len(files[1].data)), "", 0)
+
+	var out bytes.Buffer
+	if err := v.CopyOut(ctx, "/tmp/box", &out); err != nil {
+		t.Fatalf("CopyOut: %v", err)
+	}
+	got := map[string]file{}
+	tr := tar.NewReader(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading CopyOut's tar: %v", err)
+		}
+		data, _ := io.ReadAll(tr)
+		name := h.Name
+		if h.Typeflag == tar.TypeDir {
+			name = strings.TrimSuffix(name, "/") + "/"
+		}
+		got[name] = file{name, h.Mode & 0o7777, data}
+	}
+	for _, f := range files {
+		g, ok := got[f.name]
+		switch {
+		case !ok:
+			t.Errorf("CopyOut lacks %s (has %v)", f.name, keys(got))
+		case g.mode != f.mode:
+			t.Errorf("%s: mode %o; want %o", f.name, g.mode, f.mode)
+		case !bytes.Equal(g.data, f.data):
+			t.Errorf("%s: %d bytes differ from the %d copied in", f.name, len(g.data), len(f.data))
+		}
+	}
+	return []Observation{o}
+}
+
+func keys(m map[string]file) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	slices.Sort(k)
+	return k
+}
