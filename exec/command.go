@@ -83,12 +83,20 @@ func (c Command) Validate() error {
 		return bad("negative MaxOutputBytes %d", c.MaxOutputBytes)
 	}
 	for i, a := range c.Args {
-		if strings.IndexByte(a, 0) >= 0 {
+		switch {
+		case strings.IndexByte(a, 0) >= 0:
 			return bad("NUL byte in argument %d %q", i, a)
+		case len(a) > MaxArgBytes:
+			return bad("argument %d is %d bytes; at most %d fit in one argument", i, len(a), MaxArgBytes)
 		}
 	}
 	return ValidateEnv(c.Env)
 }
+
+// MaxArgBytes is the longest argument or env entry a command may have:
+// Linux refuses to exec one of 128 KiB or more (MAX_ARG_STRLEN, the NUL
+// terminator included), whatever the total size of the argument list.
+const MaxArgBytes = 128<<10 - 1
 
 // ValidateEnv checks that every entry is KEY=VALUE with a non-empty key
 // and no NUL byte, returning an error matching [ErrInvalidCommand].
@@ -98,6 +106,8 @@ func ValidateEnv(env []string) error {
 		switch {
 		case strings.IndexByte(e, 0) >= 0:
 			return fmt.Errorf("%w: NUL byte in env entry %q", ErrInvalidCommand, e)
+		case len(e) > MaxArgBytes:
+			return fmt.Errorf("%w: env entry %.20q... is %d bytes; at most %d fit in one entry", ErrInvalidCommand, e, len(e), MaxArgBytes)
 		case !ok || k == "":
 			return fmt.Errorf("%w: env entry %q is not KEY=VALUE", ErrInvalidCommand, e)
 		}

@@ -330,6 +330,8 @@ func TestValidate(t *testing.T) {
 		{"env with empty key", exec.Command{Name: "ls", Env: []string{"=x"}}},
 		{"negative timeout", exec.Command{Name: "ls", Timeout: -time.Second}},
 		{"negative cap", exec.Command{Name: "ls", MaxOutputBytes: -1}},
+		{"argument over 128 KiB", exec.Command{Name: "echo", Args: []string{strings.Repeat("a", exec.MaxArgBytes+1)}}},
+		{"env entry over 128 KiB", exec.Command{Name: "env", Env: []string{"A=" + strings.Repeat("a", exec.MaxArgBytes)}}},
 	} {
 		res, err := host.Run(context.Background(), tc.cmd)
 		assert.ErrorIs(t, err, exec.ErrInvalidCommand, tc.what)
@@ -337,6 +339,17 @@ func TestValidate(t *testing.T) {
 		assert.True(t, strings.HasPrefix(err.Error(), "exec: "), "messages start with the package name: %v", err)
 	}
 	assert.NoError(t, exec.Command{Name: "ls", Env: []string{"A=", "B=c=d"}}.Validate())
+}
+
+// The longest argument Validate accepts is one the kernel really takes,
+// and many of them together work too.
+func TestLongArguments(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", exec.MaxArgBytes)
+	res, err := host.Run(context.Background(), exec.Command{Name: "sh", Args: []string{"-c", `echo ${#1} ${#2} ${#3} ${#LONG}`, "sh", long, long, long},
+		Env: []string{"LONG=" + long[5:]}})
+	require.NoError(t, err)
+	assert.Equal(t, "131071 131071 131071 131066\n", res.Stdout)
 }
 
 func TestMergeEnv(t *testing.T) {
