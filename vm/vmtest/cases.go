@@ -30,7 +30,7 @@ func sh(script string, args ...string) exec.Command {
 }
 
 // run runs cmd, observing its outcome under label.
-func run(ctx context.Context, v vm.VM, label string, cmd exec.Command) (*exec.Result, error, Observation) {
+func run(ctx context.Context, v exec.Executor, label string, cmd exec.Command) (*exec.Result, error, Observation) {
 	res, err := v.Run(ctx, cmd)
 	return res, err, Observe(label, res, err)
 }
@@ -322,7 +322,7 @@ func Cases() []Case {
 		cases = append(cases, single("exit/"+strconv.Itoa(code), "a non-zero exit is data, never an error",
 			sh(`exit $1`, strconv.Itoa(code)), "", "", code))
 	}
-	return cases
+	return append(cases, hardeningCases()...)
 }
 
 type file struct {
