@@ -9,6 +9,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -120,9 +121,10 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	}
 
 	var drained sync.WaitGroup
+	var act activity // so the grace can tell idle pipes from a slow writer
 	drain := func(r *os.File, w io.Writer) {
 		defer drained.Done()
-		io.Copy(w, r)
+		io.Copy(activeWriter{w, &act}, r)
 	}
 	drained.Add(2)
 	go drain(outR, stdout)
@@ -143,16 +145,24 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	killGroup(c.Process.Pid)
 	waitErr := c.Wait()
 
-	// Pipes held by a process that escaped the group are closed after the
-	// grace, so the readers, and Run, return.
+	// Pipes held by a process that escaped the group are closed once they
+	// have been idle for the grace (a slow live writer still gets every
+	// byte), or, when the run was stopped, after the grace however busy.
 	done := make(chan struct{})
 	go func() { drained.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(e.grace):
-		outR.Close()
-		errR.Close()
-		<-done
+	for waiting := true; waiting; {
+		seen := act.writes.Load()
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(e.grace):
+			if act.idle(seen) || runCtx.Err() != nil {
+				outR.Close()
+				errR.Close()
+				<-done
+				waiting = false
+			}
+		}
 	}
 	outR.Close()
 	errR.Close()
@@ -185,6 +195,31 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 		}
 	}
 	return res, nil
+}
+
+// activity tracks the writes of the drained streams.
+type activity struct {
+	writes  atomic.Int64 // finished
+	writing atomic.Int32 // under way
+}
+
+// idle reports whether no write is under way and none finished since the
+// count was seen.
+func (a *activity) idle(seen int64) bool {
+	return a.writing.Load() == 0 && a.writes.Load() == seen
+}
+
+// activeWriter records its writes in an activity.
+type activeWriter struct {
+	w   io.Writer
+	act *activity
+}
+
+func (a activeWriter) Write(p []byte) (int, error) {
+	a.act.writing.Add(1)
+	defer a.act.writing.Add(-1)
+	defer a.act.writes.Add(1)
+	return a.w.Write(p)
 }
 
 func (e *CommandExecutor) env(over []string) []string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -272,6 +273,31 @@ func TestRunEscapedGrandchildDoesNotHoldRun(t *testing.T) {
 	require.True(t, alive(pids[0]), "the escaped process should have survived the group kill")
 	assert.GreaterOrEqual(t, elapsed, exec.DefaultKillGrace, "Run waited for the pipes for the grace")
 	assert.Less(t, elapsed, exec.DefaultKillGrace+3*time.Second, "then closed them")
+}
+
+// A live writer slower than the grace still gets every byte: the grace
+// measures idle pipes, not slow readers.
+func TestRunSlowLiveWriterGetsEverything(t *testing.T) {
+	t.Parallel()
+	grace := 100 * time.Millisecond
+	x := exec.NewCommandExecutor(exec.WithKillGrace(grace))
+	var got bytes.Buffer
+	cmd := exec.Command{Name: "head", Args: []string{"-c", "200000", "/dev/zero"},
+		Stdout: slowWriter{&got, 3 * grace}}
+	res, err := x.Run(context.Background(), cmd)
+	require.NoError(t, err)
+	assert.Equal(t, int64(200000), res.StdoutBytes)
+	assert.Equal(t, 200000, got.Len())
+}
+
+type slowWriter struct {
+	w     io.Writer
+	delay time.Duration
+}
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	return s.w.Write(p)
 }
 
 func TestRunLiveWriterError(t *testing.T) {
