@@ -1,9 +1,12 @@
 package vm
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/podvm/podvm/exec"
 )
@@ -40,24 +43,71 @@ func newExecSpec(cfg Config, cmd exec.Command) execSpec {
 	}
 }
 
-// killScript kills, as often as needed, every process whose environment
-// holds the marker $1. It loops because a fork bomb keeps spawning while
-// it scans; grep exits 1 only when it found none and nothing raced it. It
-// uses the shell's own kill, so it still works when the pids limit is
-// reached and forks fail.
-const killScript = `m=$1; n=0
-while [ $n -lt 200 ]; do
-  p=$(grep -lsxzF "$m" /proc/[0-9]*/environ); rc=$?
-  [ $rc -eq 1 ] && exit 0
-  for f in $p; do f=${f#/proc/}; kill -9 ${f%/environ} 2>/dev/null; done
+// killScript kills every process whose environment holds the marker $1,
+// using nothing but shell builtins, so it works when the pids limit is
+// reached and nothing can fork. A fork bomb respawns faster than one can
+// kill it, so it is frozen first: every marked process is stopped, round
+// after round, and once none runs (a stopped process cannot fork) all are
+// killed. It ends only when a scan finds no marked process left, so a
+// child that slipped out of a round is caught by the next.
+const killScript = `m=$1; me=$$
+each() {
+  for f in /proc/[0-9]*/environ; do
+    p=${f#/proc/}; p=${p%/environ}
+    [ "$p" = "$me" ] && continue
+    while IFS= read -r -d '' e; do
+      if [ "$e" = "$m" ]; then $1; break; fi
+    done 2>/dev/null <"$f"
+  done
+}
+stop() { found=1; kill -STOP "$p" 2>/dev/null; }
+check() { read -r s 2>/dev/null <"/proc/$p/stat" && case $s in *") T "*|*") t "*) ;; *) left=1 ;; esac; }
+kill9() { kill -KILL "$p" 2>/dev/null; }
+n=0
+while [ $n -lt 500 ]; do
+  found=0; each stop
+  [ $found = 0 ] && exit 0
+  left=0; each check
+  [ $left = 0 ] && each kill9
   n=$((n+1))
 done
 exit 1`
+
+// killTimeout bounds the kill of a stopped run, its retries included.
+const killTimeout = 10 * time.Second
+
+// retryKill calls once until it succeeds, fails for good, or ctx ends.
+// Under a fork bomb the pids limit can refuse the kill's own exec; a slot
+// frees up as the bomb's forks fail and its processes exit, so trying
+// again works. No /bin/sh in the image, no container or no Podman will
+// not get better.
+func retryKill(ctx context.Context, once func(context.Context) error) error {
+	for {
+		err := once(ctx)
+		if err == nil || ctx.Err() != nil || permanent(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
 
 // killCommand is the command that kills what spec started, run in the
 // sandbox as the same user so that it may read and signal its processes.
 func (s execSpec) killCommand() exec.Command {
 	return exec.Command{Name: "/bin/sh", Args: []string{"-c", killScript, "podvm-kill", s.Marker}}
+}
+
+func permanent(err error) bool {
+	for _, target := range []error{exec.ErrNotFound, exec.ErrPermission, ErrNoSuchContainer, ErrContainerNotRunning, ErrUnavailable, ErrRemoved} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // state is the lifecycle both backends share: not created, created,
