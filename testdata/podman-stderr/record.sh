@@ -1,0 +1,69 @@
+#!/bin/sh
+# Records the stderr of Podman's own failures, one file per case, named
+# CASE.EXITCODE.txt, for the table test of vm/cli_errors.go. Each sample is
+# recorded through the service (remote client, --url) and, where the text
+# differs, with the local client (files named ...-loc).
+#
+#   eval "$(scripts/podman-up.sh)"; sh testdata/podman-stderr/record.sh
+#
+# Recorded with Debian's podman 4.3.1 (runc). Everything it creates carries
+# io.podvm.managed=true and is removed before it exits.
+set -u
+DIR=$(cd "$(dirname "$0")" && pwd -P)
+: "${CONTAINER_HOST:?run eval \"\$(scripts/podman-up.sh)\" first}"
+IMAGE=${PODVM_TEST_IMAGE:?}
+HOST=$CONTAINER_HOST
+N=podvm-rec-$$
+
+remote() { env -u CONTAINER_HOST podman --url "$HOST" "$@"; }
+loc() { env -u CONTAINER_HOST podman "$@"; }
+
+# rec NAME CLIENT ARGS...: runs podman, saves its stderr as NAME.RC.txt.
+rec() {
+	name=$1 client=$2
+	shift 2
+	$client "$@" </dev/null >/dev/null 2>"$DIR/tmp.txt"
+	rc=$?
+	rm -f "$DIR/$name".*.txt
+	mv "$DIR/tmp.txt" "$DIR/$name.$rc.txt"
+	echo "$name: exit $rc" >&2
+}
+
+cleanup() { remote rm -f -t 0 "$N" "$N-exited" "$N-oci" >/dev/null 2>&1; }
+trap cleanup EXIT
+
+remote run -d --name "$N" --label io.podvm.managed=true --network none --init \
+	--entrypoint '["/run/podman-init","-P"]' "$IMAGE" >/dev/null || exit 1
+remote run -d --name "$N-exited" --label io.podvm.managed=true --network none "$IMAGE" true >/dev/null || exit 1
+sleep 1
+
+for c in remote loc; do
+	rec "exec-no-such-container-$c" $c exec "$N-missing" true
+	rec "exec-not-running-$c" $c exec "$N-exited" true
+	rec "exec-not-found-$c" $c exec "$N" podvm-no-such-command
+	rec "exec-not-executable-$c" $c exec "$N" /etc/passwd
+	rec "exec-is-directory-$c" $c exec "$N" /etc
+	rec "exec-no-workdir-$c" $c exec -w /no/such/dir "$N" pwd
+	rec "exec-unknown-user-$c" $c exec -u podvm-no-such-user "$N" true
+	rec "run-image-not-known-$c" $c run -d --pull never --label io.podvm.managed=true localhost/podvm-no-such-image:latest
+	rec "run-pull-unreachable-$c" $c run -d --pull missing --label io.podvm.managed=true localhost/podvm-no-such-image:latest
+	rec "run-name-in-use-$c" $c run -d --name "$N" --label io.podvm.managed=true "$IMAGE"
+	rec "run-oci-error-$c" $c run -d --name "$N-oci" --memory 1 --label io.podvm.managed=true "$IMAGE" true
+	rec "run-unknown-flag-$c" $c run -d --podvm-bogus-flag "$IMAGE"
+	rec "cp-in-no-such-container-$c" $c cp - "$N-missing:/tmp"
+	rec "cp-out-no-such-container-$c" $c cp "$N-missing:/tmp" -
+	rec "cp-in-not-a-dir-$c" $c cp - "$N:/etc/passwd"
+	rec "cp-out-no-such-path-$c" $c cp "$N:/no/such/path" -
+	rec "rm-no-such-container-$c" $c rm "$N-missing"
+	remote rm -f -t 0 "$N-oci" >/dev/null 2>&1 # run leaves it behind when start fails
+done
+rec run-short-name-remote remote run -d --pull always --label io.podvm.managed=true podvm-no-such-image
+rec run-pull-dns-remote remote run -d --pull always --label io.podvm.managed=true registry.podvm.invalid/busybox:latest
+rec unreachable-socket loc --url unix:///nonexistent/podvm.sock ps
+rec unreachable-tcp loc --url tcp://127.0.0.1:1 ps
+
+# Commands that exit 125-127 themselves: data, not Podman failures.
+rec command-exit-125 remote exec "$N" sh -c 'echo oops >&2; exit 125'
+rec command-exit-126 remote exec "$N" sh -c 'exit 126'
+rec command-exit-127 remote exec "$N" sh -c 'echo gone >&2; exit 127'
+rec command-error-line-127 remote exec "$N" sh -c 'echo "Error: my own failure" >&2; exit 127'

@@ -1,0 +1,668 @@
+package vm
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/mock/gomock"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/exec/execmock"
+)
+
+const testID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// Placeholders in a wanted Command: the field must be set, to anything.
+var (
+	anyReader io.Reader = strings.NewReader("any reader")
+	anyWriter io.Writer = new(strings.Builder)
+)
+
+// randomParts are the argv parts that differ on every call: the creation
+// time, our token label, the run marker.
+var randomParts = regexp.MustCompile(`^(` + LabelCreated + `|` + labelToken + `|` + markerKey + `)=.*$`)
+
+// commandMatcher matches an exec.Command field by field: argv exactly
+// (random parts replaced by "*"), readers and writers by identity.
+type commandMatcher struct{ want exec.Command }
+
+func cmdIs(want exec.Command) gomock.Matcher { return commandMatcher{want} }
+
+func normalize(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = randomParts.ReplaceAllString(a, "$1=*")
+	}
+	return out
+}
+
+func sameIO[T comparable](want, got, placeholder T) bool {
+	var zero T
+	if want == placeholder {
+		return got != zero
+	}
+	return want == got
+}
+
+func (m commandMatcher) Matches(x any) bool {
+	got, ok := x.(exec.Command)
+	w := m.want
+	return ok && got.Name == w.Name && slices.Equal(normalize(got.Args), w.Args) &&
+		got.Dir == w.Dir && slices.Equal(got.Env, w.Env) &&
+		got.Timeout == w.Timeout && got.MaxOutputBytes == w.MaxOutputBytes &&
+		sameIO(w.Stdin, got.Stdin, anyReader) && sameIO(w.Stdout, got.Stdout, anyWriter) &&
+		sameIO(w.Stderr, got.Stderr, anyWriter)
+}
+
+func (m commandMatcher) String() string {
+	return fmt.Sprintf("command %s %q (timeout %v, max %d, stdin %v, stdout %v, stderr %v)", m.want.Name, m.want.Args,
+		m.want.Timeout, m.want.MaxOutputBytes, m.want.Stdin != nil, m.want.Stdout != nil, m.want.Stderr != nil)
+}
+
+func newMock(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockExecutor) {
+	t.Helper()
+	x := execmock.NewMockExecutor(gomock.NewController(t))
+	v, err := NewCLIVM(cfg, x, opts...)
+	require.NoError(t, err)
+	return v, x
+}
+
+// created returns a VM on which Create succeeded with container testID.
+func created(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockExecutor) {
+	t.Helper()
+	v, x := newMock(t, cfg, opts...)
+	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: testID + "\n"}, nil)
+	require.NoError(t, v.Create(context.Background()))
+	require.Equal(t, testID, v.ID())
+	return v, x
+}
+
+// ownLabels are the argv of podvm's labels, sorted, as the tests expect
+// them for this process.
+func ownLabels(t *testing.T, user map[string]string) []string {
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	l := map[string]string{
+		LabelCreated: "*", LabelManaged: "true", LabelOwnerHost: host,
+		LabelOwnerPID: strconv.Itoa(os.Getpid()), labelToken: "*",
+	}
+	for k, v := range user {
+		l[k] = v
+	}
+	var a []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		a = append(a, "--label", k+"="+l[k])
+	}
+	return a
+}
+
+func concat(parts ...[]string) []string { return slices.Concat(parts...) }
+
+func TestCLICreateArgv(t *testing.T) {
+	t.Parallel()
+	full := Config{
+		Image:          "registry.example/img:1",
+		Name:           "box",
+		Mounts:         []Mount{{Source: "/src", Target: "/work"}, {Source: "/etc/ssl", Target: "/ssl", ReadOnly: true}},
+		Workdir:        "/work",
+		Env:            []string{"A=1", "B=two words"},
+		User:           "1000:1000",
+		Network:        "bridge",
+		Memory:         64 << 20,
+		CPUs:           1.5,
+		Pids:           100,
+		ReadOnlyRootfs: true,
+		Labels:         map[string]string{"team": "x"},
+		Pull:           PullAlways,
+	}
+	secure := []string{"--security-opt", "no-new-privileges", "--cap-drop", "all",
+		"--cap-add", "CHOWN,DAC_OVERRIDE,FOWNER,FSETID,KILL,SETGID,SETUID"}
+	pid1 := []string{"--init", "--entrypoint", `["/run/podman-init","-P"]`}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		opts []Option
+		want exec.Command
+	}{
+		{"defaults", Config{Image: "img"}, nil, exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: concat(
+			[]string{"run", "-d", "--pull", "missing"}, ownLabels(t, nil),
+			[]string{"--network", "none"}, secure, []string{"--pids-limit", "1024", "--http-proxy=false"},
+			pid1, []string{"img"})}},
+		// Every Config field set; a remote URL, so /src is not checked.
+		{"every field", full, []Option{WithURL("tcp://podman.example:8080"), WithPodman("/opt/podman")},
+			exec.Command{Name: "/opt/podman", MaxOutputBytes: errCapture, Args: concat(
+				[]string{"--url", "tcp://podman.example:8080", "run", "-d", "--pull", "always", "--name", "box"},
+				ownLabels(t, map[string]string{"team": "x"}),
+				[]string{"--network", "bridge"}, secure, []string{"--pids-limit", "100", "--http-proxy=false",
+					"--memory", "67108864", "--memory-swap", "67108864", "--cpus", "1.5",
+					"--read-only", "--read-only-tmpfs",
+					"-v", "/src:/work", "-v", "/etc/ssl:/ssl:ro",
+					"--workdir", "/work", "--user", "1000:1000", "--env", "A=1", "--env", "B=two words"},
+				pid1, []string{"registry.example/img:1"})}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, x := newMock(t, c.cfg, c.opts...)
+			x.EXPECT().Run(gomock.Any(), cmdIs(c.want)).Return(&exec.Result{Stdout: testID + "\n"}, nil)
+			require.NoError(t, v.Create(context.Background()))
+			assert.Equal(t, testID, v.ID())
+			assert.ErrorIs(t, v.Create(context.Background()), ErrAlreadyCreated)
+		})
+	}
+}
+
+func TestCLIRunArgv(t *testing.T) {
+	t.Parallel()
+	in, out, errw := strings.NewReader("input"), new(bytes.Buffer), new(bytes.Buffer)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		cmd  exec.Command
+		want exec.Command
+	}{
+		{"defaults", Config{Image: "img"}, exec.Command{Name: "true"},
+			exec.Command{Name: "podman", Args: []string{"exec", "--env", "PODVM_RUN=*", testID, "true"}}},
+		{"config workdir and user", Config{Image: "img", Workdir: "/w", User: "nobody", Env: []string{"C=config"}},
+			exec.Command{Name: "pwd"},
+			exec.Command{Name: "podman", Args: []string{"exec", "--env", "PODVM_RUN=*", "--workdir", "/w", "--user", "nobody", testID, "pwd"}}},
+		{"every command field", Config{Image: "img", Workdir: "/w", User: "1000"},
+			exec.Command{Name: "-odd name", Args: []string{"-c", "$(x) `y`", ""}, Dir: "/d", Env: []string{"E=1", "F=a b"},
+				Stdin: in, Stdout: out, Stderr: errw, Timeout: 3 * time.Second, MaxOutputBytes: 100},
+			exec.Command{Name: "podman", Args: []string{"exec", "-i", "--env", "E=1", "--env", "F=a b", "--env", "PODVM_RUN=*",
+				"--workdir", "/d", "--user", "1000", testID, "-odd name", "-c", "$(x) `y`", ""},
+				Stdin: in, Stdout: out, Stderr: errw, Timeout: 3 * time.Second, MaxOutputBytes: 100}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, x := created(t, c.cfg)
+			want := &exec.Result{Stdout: "out", Stderr: "err", ExitCode: 3, StdoutBytes: 3, StderrBytes: 3}
+			x.EXPECT().Run(gomock.Any(), cmdIs(c.want)).Return(want, nil)
+			res, err := v.Run(context.Background(), c.cmd)
+			require.NoError(t, err, "a non-zero exit is data")
+			assert.Same(t, want, res)
+		})
+	}
+}
+
+func TestCLIRunPodmanFailures(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		sample string // in testdata/podman-stderr
+		want   error  // nil: the command's own result
+	}{
+		{"exec-not-found-remote.127.txt", exec.ErrNotFound},
+		{"exec-not-executable-loc.126.txt", exec.ErrPermission},
+		{"exec-no-workdir-remote.127.txt", exec.ErrDirNotFound},
+		{"exec-no-such-container-remote.125.txt", ErrNoSuchContainer},
+		{"exec-not-running-loc.255.txt", ErrContainerNotRunning},
+		{"unreachable-socket.125.txt", ErrUnavailable},
+		{"command-exit-127.127.txt", nil},
+		{"command-exit-125.125.txt", nil},
+		{"command-error-line-127.127.txt", nil},
+	} {
+		t.Run(c.sample, func(t *testing.T) {
+			t.Parallel()
+			v, x := created(t, Config{Image: "img"})
+			res := sampleResult(t, c.sample)
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(res, nil)
+			got, err := v.Run(context.Background(), exec.Command{Name: "podvm-cmd"})
+			if c.want == nil {
+				require.NoError(t, err)
+				assert.Same(t, res, got)
+				return
+			}
+			assert.ErrorIs(t, err, c.want)
+			assert.Nil(t, got, "a command that did not start has no Result")
+			var cerr *CLIError
+			require.ErrorAs(t, err, &cerr)
+			assert.Equal(t, res.Stderr, cerr.Stderr)
+			if c.want == exec.ErrNotFound {
+				assert.ErrorContains(t, err, "podvm-cmd", "the error names the command")
+			}
+		})
+	}
+}
+
+// sampleResult is the Result of a podman run that printed nothing on
+// stdout and the recorded sample on stderr.
+func sampleResult(t *testing.T, name string) *exec.Result {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "podman-stderr", name))
+	require.NoError(t, err)
+	f := strings.Split(name, ".")
+	code, err := strconv.Atoi(f[len(f)-2])
+	require.NoError(t, err, "sample names are CASE.EXITCODE.txt")
+	return &exec.Result{Stderr: string(b), StderrBytes: int64(len(b)), ExitCode: code}
+}
+
+// TestCLIErrorSamples maps every recorded podman failure in
+// testdata/podman-stderr: each file must have an expectation here and
+// each expectation a file.
+func TestCLIErrorSamples(t *testing.T) {
+	t.Parallel()
+	want := map[string]error{ // case name without -loc/-remote; nil: data
+		"command-error-line-127":   nil,
+		"command-exit-125":         nil,
+		"command-exit-126":         nil,
+		"command-exit-127":         nil,
+		"cp-in-no-such-container":  ErrNoSuchContainer,
+		"cp-out-no-such-container": ErrNoSuchContainer,
+		"cp-in-not-a-dir":          ErrPodman,
+		"cp-out-no-such-path":      ErrPodman,
+		"exec-is-directory":        exec.ErrPermission,
+		"exec-no-such-container":   ErrNoSuchContainer,
+		"exec-no-workdir":          exec.ErrDirNotFound,
+		"exec-not-executable":      exec.ErrPermission,
+		"exec-not-found":           exec.ErrNotFound,
+		"exec-not-running":         ErrContainerNotRunning,
+		"exec-unknown-user":        ErrPodman,
+		"rm-no-such-container":     ErrNoSuchContainer,
+		"run-image-not-known":      ErrImageNotFound,
+		"run-name-in-use":          ErrNameInUse,
+		"run-oci-error":            ErrPodman,
+		"run-pull-dns":             ErrImageNotFound,
+		"run-pull-unreachable":     ErrImageNotFound,
+		"run-short-name":           ErrImageNotFound,
+		"run-unknown-flag":         ErrPodman,
+		"unreachable-socket":       ErrUnavailable,
+		"unreachable-tcp":          ErrUnavailable,
+	}
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "podman-stderr", "*.txt"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	seen := map[string]bool{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		key := strings.SplitN(name, ".", 2)[0]
+		key = strings.TrimSuffix(strings.TrimSuffix(key, "-loc"), "-remote")
+		seen[key] = true
+		t.Run(name, func(t *testing.T) {
+			w, ok := want[key]
+			require.True(t, ok, "no expectation for sample %s: add it to the table", name)
+			res := sampleResult(t, name)
+			op, _, _ := strings.Cut(key, "-")
+			if op == "exec" || op == "command" {
+				require.Equal(t, w != nil, execFailed(res), "execFailed: is this podman failing, or the command's own exit?")
+				if w == nil {
+					return
+				}
+			}
+			err := cliError(op, "thing", res)
+			assert.ErrorIs(t, err, w)
+			for _, other := range []error{ErrNoSuchContainer, ErrContainerNotRunning, ErrImageNotFound, ErrNameInUse,
+				ErrUnavailable, ErrPodman, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound} {
+				if other != w {
+					assert.NotErrorIs(t, err, other, "one sentinel per failure")
+				}
+			}
+			var cerr *CLIError
+			require.ErrorAs(t, err, &cerr)
+			assert.Equal(t, res.Stderr, cerr.Stderr)
+			assert.Equal(t, res.ExitCode, cerr.ExitCode)
+			assert.NotContains(t, err.Error(), "Error: ", "podman's prefix is dropped from the message")
+		})
+	}
+	for key := range want {
+		assert.True(t, seen[key], "expectation %q has no sample file", key)
+	}
+}
+
+func TestCLIKillsInsideOnStop(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []string{"timeout", "cancel"} {
+		t.Run(stop, func(t *testing.T) {
+			t.Parallel()
+			v, x := created(t, Config{Image: "img", User: "65534"})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cmd := exec.Command{Name: "sh", Args: []string{"-c", "sleep 300 & sleep 300"}}
+			if stop == "timeout" {
+				cmd.Timeout = 2 * time.Second
+			}
+			partial := &exec.Result{Stdout: "started\n", StdoutBytes: 8, TimedOut: true, ExitCode: -1}
+			var marker string
+			gomock.InOrder(
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
+					assert.Equal(t, cmd.Timeout, c.Timeout, "the timeout is the executor's to enforce")
+					for _, a := range c.Args {
+						if strings.HasPrefix(a, markerKey+"=") {
+							marker = a
+						}
+					}
+					if stop == "cancel" {
+						cancel()
+						return partial, fmt.Errorf("exec: podman: %w", context.Canceled)
+					}
+					return partial, fmt.Errorf("exec: podman: timed out: %w", context.DeadlineExceeded)
+				}),
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(kctx context.Context, c exec.Command) (*exec.Result, error) {
+					assert.NoError(t, kctx.Err(), "the kill runs with a fresh context")
+					_, hasDeadline := kctx.Deadline()
+					assert.True(t, hasDeadline, "the kill is bounded")
+					want := []string{"exec", "--user", "65534", testID, "/bin/sh", "-c", killScript, "podvm-kill", marker}
+					assert.Equal(t, want, c.Args)
+					return &exec.Result{}, nil
+				}),
+			)
+			res, err := v.Run(ctx, cmd)
+			assert.Same(t, partial, res)
+			assert.True(t, res.TimedOut)
+			assert.Equal(t, -1, res.ExitCode)
+			if stop == "timeout" {
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.ErrorContains(t, err, "vm: sh: timed out after 2s")
+			} else {
+				assert.ErrorIs(t, err, context.Canceled)
+			}
+			assert.NotEmpty(t, marker)
+		})
+	}
+}
+
+func TestCLIKillFailureIsReported(t *testing.T) {
+	t.Parallel()
+	v, x := created(t, Config{Image: "img"})
+	gomock.InOrder(
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{TimedOut: true, ExitCode: -1}, context.DeadlineExceeded),
+		// No /bin/sh in the image: no retry can help.
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(sampleResult(t, "exec-not-found-remote.127.txt"), nil),
+	)
+	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: time.Second})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "killing its processes")
+}
+
+// A kill refused while a fork bomb holds every pid is tried again.
+func TestCLIKillIsRetried(t *testing.T) {
+	t.Parallel()
+	v, x := created(t, Config{Image: "img"})
+	gomock.InOrder(
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{TimedOut: true, ExitCode: -1}, context.DeadlineExceeded),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{ExitCode: 2, Stderr: "sh: can't fork: Resource temporarily unavailable\n"}, nil).Times(2),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{}, nil),
+	)
+	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: time.Second})
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotContains(t, err.Error(), "killing its processes", "the third try succeeded")
+}
+
+func TestCLIRemove(t *testing.T) {
+	t.Parallel()
+	rm := exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"rm", "-f", "-t", "0", "--ignore", testID}}
+
+	t.Run("idempotent", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(&exec.Result{Stdout: testID + "\n"}, nil).Times(1)
+		ctx := context.Background()
+		require.NoError(t, v.Remove(ctx))
+		require.NoError(t, v.Remove(ctx), "the second Remove calls no podman")
+		res, err := v.Run(ctx, exec.Command{Name: "true"})
+		assert.ErrorIs(t, err, ErrRemoved)
+		assert.Nil(t, res)
+		assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", strings.NewReader("")), ErrRemoved)
+		assert.ErrorIs(t, v.CopyOut(ctx, "/tmp", io.Discard), ErrRemoved)
+		assert.ErrorIs(t, v.Create(ctx), ErrRemoved)
+	})
+	t.Run("before create", func(t *testing.T) {
+		t.Parallel()
+		v, _ := newMock(t, Config{Image: "img"}) // any podman call fails the test
+		require.NoError(t, v.Remove(context.Background()))
+		assert.ErrorIs(t, v.Create(context.Background()), ErrRemoved)
+	})
+	t.Run("already gone", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(sampleResult(t, "rm-no-such-container-remote.1.txt"), nil)
+		assert.NoError(t, v.Remove(context.Background()))
+	})
+	t.Run("failed, then retried", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		gomock.InOrder(
+			x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(sampleResult(t, "unreachable-socket.125.txt"), nil),
+			x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(&exec.Result{}, nil),
+		)
+		assert.ErrorIs(t, v.Remove(context.Background()), ErrUnavailable)
+		_, err := v.Run(context.Background(), exec.Command{Name: "true"})
+		assert.ErrorIs(t, err, ErrRemoved, "Run is refused once Remove was called")
+		assert.NoError(t, v.Remove(context.Background()))
+	})
+}
+
+// tokenOf returns the value of our token label in a `podman run` argv.
+func tokenOf(args []string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, labelToken+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestCLICreateFailureRemovesWhatItMade(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		result *exec.Result
+		err    error
+		want   error
+	}{
+		{"name in use", sampleResult(t, "run-name-in-use-remote.125.txt"), nil, ErrNameInUse},
+		{"start failed", sampleResult(t, "run-oci-error-remote.126.txt"), nil, ErrPodman},
+		{"image", sampleResult(t, "run-image-not-known-remote.125.txt"), nil, ErrImageNotFound},
+		{"cancelled", &exec.Result{TimedOut: true, ExitCode: -1}, fmt.Errorf("exec: podman: %w", context.Canceled), context.Canceled},
+		{"garbage", &exec.Result{Stdout: "not an ID\n"}, nil, ErrPodman},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, x := newMock(t, Config{Image: "img", Name: "box"})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var token string
+			rmByToken := func(kctx context.Context, cmd exec.Command) (*exec.Result, error) {
+				assert.NoError(t, kctx.Err(), "cleanup runs with a context of its own")
+				assert.Equal(t, []string{"rm", "-f", "-t", "0", "--ignore", "--filter", "label=" + labelToken + "=" + token}, cmd.Args,
+					"removed by our label, never by Name: the name may be another's")
+				return &exec.Result{}, nil
+			}
+			gomock.InOrder(
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd exec.Command) (*exec.Result, error) {
+					token = tokenOf(cmd.Args)
+					if c.err != nil {
+						cancel()
+					}
+					return c.result, c.err
+				}),
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(rmByToken),
+				// Remove tries again: the service may finish a create whose
+				// client was killed.
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(rmByToken),
+			)
+			err := v.Create(ctx)
+			assert.ErrorIs(t, err, c.want)
+			assert.NotEmpty(t, token)
+			assert.Empty(t, v.ID())
+			assert.ErrorIs(t, v.Create(context.Background()), ErrAlreadyCreated)
+			assert.NoError(t, v.Remove(context.Background()))
+			assert.NoError(t, v.Remove(context.Background()))
+		})
+	}
+}
+
+func TestCLIPodmanUnavailable(t *testing.T) {
+	t.Parallel()
+	v, x := newMock(t, Config{Image: "img"}, WithPodman("/no/podman"))
+	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(nil, fmt.Errorf("%w: /no/podman", exec.ErrNotFound))
+	err := v.Create(context.Background())
+	assert.ErrorIs(t, err, ErrUnavailable)
+	assert.NotErrorIs(t, err, exec.ErrNotFound, "must not read as a command missing in the sandbox")
+	assert.NoError(t, v.Remove(context.Background()), "nothing was made: nothing to remove, no podman call")
+}
+
+func TestCLIRefusesInvalidInput(t *testing.T) {
+	t.Parallel()
+	x := execmock.NewMockExecutor(gomock.NewController(t)) // no call expected
+	for name, cfg := range map[string]Config{
+		"empty image":          {},
+		"relative mount":       {Image: "img", Mounts: []Mount{{Source: "src", Target: "/w"}}},
+		"mount over root":      {Image: "img", Mounts: []Mount{{Source: "/src", Target: "/"}}},
+		"missing local source": {Image: "img", Mounts: []Mount{{Source: "/podvm/no/such/dir", Target: "/w"}}},
+		"bad env":              {Image: "img", Env: []string{"NOEQUALS"}},
+		"bad pull":             {Image: "img", Pull: "sometimes"},
+		"flag as image":        {Image: "--privileged"},
+	} {
+		_, err := NewCLIVM(cfg, x, WithURL("unix:///run/podman.sock"))
+		assert.ErrorIs(t, err, ErrInvalidConfig, name)
+	}
+	for name, opt := range map[string]Option{"empty path": WithPodman(""), "flag as URL": WithURL("--help")} {
+		_, err := NewCLIVM(Config{Image: "img"}, x, opt)
+		assert.ErrorIs(t, err, ErrInvalidConfig, name)
+	}
+
+	v, err := NewCLIVM(Config{Image: "img"}, x)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = v.Run(ctx, exec.Command{Name: "true"})
+	assert.ErrorIs(t, err, ErrNotCreated)
+	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", strings.NewReader("")), ErrNotCreated)
+
+	v, x = created(t, Config{Image: "img"})
+	for name, cmd := range map[string]exec.Command{
+		"empty name":       {},
+		"NUL in argument":  {Name: "echo", Args: []string{"a\x00b"}},
+		"env without '='":  {Name: "env", Env: []string{"X"}},
+		"negative timeout": {Name: "true", Timeout: -1},
+	} {
+		res, err := v.Run(ctx, cmd)
+		assert.ErrorIs(t, err, exec.ErrInvalidCommand, name)
+		assert.Nil(t, res, name)
+	}
+	assert.Error(t, v.CopyIn(ctx, "tmp", strings.NewReader("")), "relative dir")
+	assert.Error(t, v.CopyOut(ctx, "etc/passwd", io.Discard), "relative path")
+	_ = x
+}
+
+func tarOf(t *testing.T, entries ...*tar.Header) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range entries {
+		require.NoError(t, tw.WriteHeader(h))
+		_, err := tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	return b.Bytes()
+}
+
+func TestCLICopyIn(t *testing.T) {
+	t.Parallel()
+	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 70000})
+	unsafe := tarOf(t, &tar.Header{Name: "ok", Typeflag: tar.TypeReg, Size: 1},
+		&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1})
+	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Stdin: anyReader, MaxOutputBytes: errCapture}
+
+	t.Run("streamed", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		var got []byte
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
+			var err error
+			got, err = io.ReadAll(c.Stdin)
+			return &exec.Result{}, err
+		})
+		require.NoError(t, v.CopyIn(context.Background(), "/dst", bytes.NewReader(safe)))
+		assert.Equal(t, safe, got, "the guard re-emits a safe archive as it was")
+	})
+	t.Run("unsafe", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
+			_, err := io.ReadAll(c.Stdin)
+			assert.Error(t, err)
+			// As os/exec does: the copy error loses to podman's exit.
+			return sampleResult(t, "cp-in-not-a-dir-remote.125.txt"), nil
+		})
+		err := v.CopyIn(context.Background(), "/dst", bytes.NewReader(unsafe))
+		assert.ErrorIs(t, err, ErrUnsafeArchive)
+		assert.ErrorContains(t, err, "../escape")
+	})
+	t.Run("podman fails", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(sampleResult(t, "cp-in-no-such-container-remote.125.txt"), nil)
+		assert.ErrorIs(t, v.CopyIn(context.Background(), "/dst", bytes.NewReader(safe)), ErrNoSuchContainer)
+	})
+}
+
+func TestCLICopyOut(t *testing.T) {
+	t.Parallel()
+	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 200000})
+	unsafe := tarOf(t, &tar.Header{Name: "box/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+	want := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src/box", "-"}, Stdout: anyWriter, MaxOutputBytes: errCapture}
+	// podman writes the archive, padded to a tar record, to the Stdout writer.
+	writes := func(archive []byte, res *exec.Result) func(context.Context, exec.Command) (*exec.Result, error) {
+		return func(_ context.Context, c exec.Command) (*exec.Result, error) {
+			padded := append(slices.Clone(archive), make([]byte, 10240-len(archive)%10240)...)
+			for chunk := range slices.Chunk(padded, 4096) {
+				if _, err := c.Stdout.Write(chunk); err != nil {
+					return res, fmt.Errorf("exec: podman: stdout writer: %w", err)
+				}
+			}
+			return res, nil
+		}
+	}
+	t.Run("streamed", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(writes(safe, &exec.Result{}))
+		var out bytes.Buffer
+		require.NoError(t, v.CopyOut(context.Background(), "/src/box", &out))
+		assert.Equal(t, safe, out.Bytes())
+	})
+	t.Run("unsafe", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(writes(unsafe, &exec.Result{}))
+		err := v.CopyOut(context.Background(), "/src/box", io.Discard)
+		assert.ErrorIs(t, err, ErrUnsafeArchive)
+	})
+	t.Run("writer fails", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(writes(safe, &exec.Result{}))
+		broken := errors.New("disk full")
+		err := v.CopyOut(context.Background(), "/src/box", failingWriter{broken})
+		assert.ErrorIs(t, err, broken)
+	})
+	t.Run("podman fails", func(t *testing.T) {
+		t.Parallel()
+		v, x := created(t, Config{Image: "img"})
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(sampleResult(t, "cp-out-no-such-path-remote.125.txt"), nil)
+		err := v.CopyOut(context.Background(), "/src/box", io.Discard)
+		assert.ErrorIs(t, err, ErrPodman)
+		assert.ErrorContains(t, err, "could not be found")
+	})
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }

@@ -1,0 +1,81 @@
+package vm
+
+import (
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+)
+
+// Backend names a [VM] implementation for [New].
+type Backend string
+
+// Backends. The zero value is BackendAuto.
+const (
+	BackendAuto Backend = ""    // the first socket that answers, else the CLI
+	BackendAPI  Backend = "api" // APIVM only
+	BackendCLI  Backend = "cli" // CLIVM only
+)
+
+// DefaultPingTimeout bounds each socket probe of [New] and [Reap].
+const DefaultPingTimeout = 2 * time.Second
+
+// Option configures [New] and [Reap].
+type Option func(*options)
+
+type options struct {
+	backend     Backend
+	url         string
+	podman      string
+	x           exec.Executor
+	log         *slog.Logger
+	pingTimeout time.Duration
+	labels      map[string]string // Reap: required labels
+}
+
+// WithBackend restricts New to one backend; the default tries the API and
+// falls back to the CLI.
+func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
+
+// WithURL names the Podman service (unix://, tcp://, ssh://) instead of
+// discovering one. The API backend connects to it; the CLI backend passes
+// it to podman as --url. Nothing else is tried.
+func WithURL(uri string) Option { return func(o *options) { o.url = uri } }
+
+// WithPodman sets the podman binary the CLI backend runs (default
+// "podman", looked up in PATH).
+func WithPodman(path string) Option { return func(o *options) { o.podman = path } }
+
+// WithExecutor sets the executor through which the CLI backend runs
+// podman. The default is a host [exec.CommandExecutor] whose environment
+// is the process's, without CONTAINER_HOST and CONTAINER_CONNECTION when
+// New falls back from a socket that did not answer (they would send
+// podman to that same socket).
+func WithExecutor(x exec.Executor) Option { return func(o *options) { o.x = x } }
+
+// WithLogger receives New's choice of backend and the reasons for it, and
+// Reap's removals. The default discards them.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithLabel restricts [Reap] to sandboxes that also carry label key=value
+// (one of [Config.Labels]); repeat it to require several.
+func WithLabel(key, value string) Option {
+	return func(o *options) {
+		if o.labels == nil {
+			o.labels = map[string]string{}
+		}
+		o.labels[key] = value
+	}
+}
+
+// WithPingTimeout bounds each socket probe (default [DefaultPingTimeout]).
+func WithPingTimeout(d time.Duration) Option { return func(o *options) { o.pingTimeout = d } }
+
+func newOptions(opts []Option) options {
+	o := options{podman: "podman", pingTimeout: DefaultPingTimeout, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
