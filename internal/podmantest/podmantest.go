@@ -15,6 +15,9 @@ type Env struct {
 	Host string
 	// Image is the test image, from PODVM_TEST_IMAGE.
 	Image string
+	// Podman is the podman binary for the CLI backend, from PODVM_PODMAN
+	// (the test matrix points it at Podman 5's client), else "podman".
+	Podman string
 }
 
 // Required reports whether a missing Podman must fail tests rather than
@@ -27,7 +30,10 @@ func Required() bool {
 // [Required]) naming the variables that would enable the test.
 func Need(t testing.TB) Env {
 	t.Helper()
-	e := Env{Host: os.Getenv("CONTAINER_HOST"), Image: os.Getenv("PODVM_TEST_IMAGE")}
+	e := Env{Host: os.Getenv("CONTAINER_HOST"), Image: os.Getenv("PODVM_TEST_IMAGE"), Podman: os.Getenv("PODVM_PODMAN")}
+	if e.Podman == "" {
+		e.Podman = "podman"
+	}
 	if e.Host == "" || e.Image == "" {
 		msg := "integration test needs Podman: set CONTAINER_HOST and PODVM_TEST_IMAGE (`eval \"$(scripts/podman-up.sh)\"`, or run `make test`)"
 		if Required() {

@@ -246,8 +246,8 @@ func record(t *testing.T, c Case) {
 	// The backend is the top-level test's name, or the parity subtest's.
 	parts := strings.Split(t.Name(), "/")
 	backend := strings.TrimPrefix(parts[0], "TestConformance")
-	if len(parts) > 2 {
-		backend = parts[0] + ":" + parts[len(parts)-1]
+	if parts[0] == "TestParity" {
+		backend = "parity:" + parts[len(parts)-1]
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
