@@ -11,15 +11,20 @@ WITH_PODMAN = if env=$$(scripts/podman-up.sh); then eval "$$env"; \
 	elif [ "$$PODVM_REQUIRE_PODMAN" = 1 ]; then echo "podman is required here (CI=true or PODVM_REQUIRE_PODMAN=1)"; exit 1; \
 	else echo "no podman: integration tests will skip"; fi
 
-.PHONY: help test unit lint generate check-generate bench podman podman-down check-leaks
+.PHONY: help test test-matrix unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 test: lint check-generate ## every test: unit and integration against a real Podman, then a leak check
 	@$(WITH_PODMAN); set -o pipefail; \
+	export PODVM_CONFORMANCE_LOG=$(CURDIR)/.podvm-conformance.log; rm -f "$$PODVM_CONFORMANCE_LOG"; \
 	$(GO) test -race -count=1 -timeout 15m ./... 2>&1 | tee .podvm-test.log; rc=$$?; \
+	scripts/conformance-table.sh "$$PODVM_CONFORMANCE_LOG" || rc=1; \
 	if command -v podman >/dev/null; then scripts/check-leaks.sh || rc=1; fi; exit $$rc
+
+test-matrix: ## the conformance suite and parity test on Podman 4.3 and 5.4, as a compatibility table (root)
+	@scripts/test-matrix.sh
 
 unit: ## unit tests only (integration tests skip without CONTAINER_HOST)
 	env -u CONTAINER_HOST PODVM_REQUIRE_PODMAN= $(GO) test -race -count=1 ./...
@@ -45,6 +50,12 @@ podman: ## bring up the project's Podman service and test image (idempotent)
 
 podman-down: ## stop only what `make podman` started
 	@scripts/podman-down.sh
+
+podman5: ## bring up a Podman 5.4 service beside the 4.3 one, in a trixie rootfs (root; idempotent)
+	@scripts/podman5-up.sh
+
+podman5-down: ## stop only what `make podman5` started (keeps the rootfs cache)
+	@scripts/podman5-down.sh
 
 check-leaks: ## fail if any podvm sandbox container is left
 	@scripts/check-leaks.sh
