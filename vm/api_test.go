@@ -1,0 +1,722 @@
+package vm
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/libpod"
+	"github.com/podvm/podvm/internal/libpod/libpodtest"
+)
+
+// These tests run APIVM against a fake service replaying answers
+// recorded from Podman (testdata/libpod); the integration tests run it
+// against the real one.
+
+const testImage = "localhost/podvm-test:latest"
+
+// fakeVM returns an APIVM for cfg on a fake service of version with
+// routes (over libpodtest.Defaults), not created.
+func fakeVM(t *testing.T, version string, routes libpodtest.Routes, cfg Config) (*APIVM, *libpodtest.Service) {
+	t.Helper()
+	svc := libpodtest.Serve(t, version, routes)
+	if cfg.Image == "" {
+		cfg.Image = testImage
+	}
+	v, err := NewAPIVM(context.Background(), svc.URI, cfg)
+	require.NoError(t, err)
+	return v, svc
+}
+
+// createdVM is fakeVM, created.
+func createdVM(t *testing.T, version string, routes libpodtest.Routes) (*APIVM, *libpodtest.Service) {
+	t.Helper()
+	v, svc := fakeVM(t, version, routes, Config{})
+	require.NoError(t, v.Create(context.Background()))
+	return v, svc
+}
+
+// routes lists the routes the service was asked, in order.
+func routes(svc *libpodtest.Service) []string {
+	var r []string
+	for _, req := range svc.Requests() {
+		r = append(r, req.Route)
+	}
+	return r
+}
+
+var sh3 = exec.Command{Name: "sh", Args: []string{"-c", "echo hi; echo oops >&2; exit 3"}}
+
+func TestAPIErrorMapping(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	id := strings.Repeat("a", 64)
+	// Each case gets its libpod error from a recorded answer.
+	for _, c := range []struct {
+		answer, route string
+		call          func(*libpod.Client) error
+		want          error
+	}{
+		{"container-start-no-such-container", "POST /containers/{id}/start",
+			func(c *libpod.Client) error { return c.ContainerStart(ctx, id) }, ErrNoSuchContainer},
+		{"exec-create-no-such-container", "POST /containers/{id}/exec",
+			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, ErrNoSuchContainer},
+		{"archive-put-no-such-container", "PUT /containers/{id}/archive",
+			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/tmp", strings.NewReader("")) }, ErrNoSuchContainer},
+		{"container-create-name-in-use", "POST /containers/create",
+			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, ErrNameInUse},
+		{"container-create-image-not-known", "POST /containers/create",
+			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, ErrImageNotFound},
+		{"image-pull-unreachable", "POST /images/pull",
+			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, ErrImageNotFound},
+		{"image-pull-short-name", "POST /images/pull",
+			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, ErrImageNotFound},
+		{"exec-create-not-running", "POST /containers/{id}/exec",
+			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, ErrContainerNotRunning},
+		{"exec-start-unknown-user", "POST /exec/{id}/start",
+			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, ErrPodman},
+		{"exec-inspect-no-such-session", "GET /exec/{id}/json",
+			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, ErrPodman},
+		{"archive-put-not-a-dir", "PUT /containers/{id}/archive",
+			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, ErrPodman},
+		{"exec-remove", "POST /exec/{id}/remove",
+			func(c *libpod.Client) error { return c.ExecRemove(ctx, libpodtest.ExecID(1), true) }, ErrPodman},
+		// Connection dropped mid-answer, mid-stream.
+		{"container-inspect", "GET /containers/{id}/json",
+			func(c *libpod.Client) error { _, err := c.ContainerInspect(ctx, id); return err }, ErrUnavailable},
+	} {
+		t.Run(c.answer, func(t *testing.T) {
+			t.Parallel()
+			h := libpodtest.Recorded(c.answer)
+			if c.want == ErrUnavailable {
+				h = libpodtest.Cut(c.answer, libpodtest.HeaderEnd(c.answer)+50)
+			}
+			svc := libpodtest.Serve(t, "4.3", libpodtest.Routes{c.route: h})
+			cl, err := libpod.Connect(ctx, svc.URI)
+			require.NoError(t, err)
+			native := c.call(cl)
+			err = apiError("op", "what", native)
+			assert.ErrorIs(t, err, c.want)
+			var le *libpod.Error
+			assert.ErrorAs(t, err, &le, "the libpod error is wrapped")
+			assert.Contains(t, err.Error(), native.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "vm: "), err.Error())
+		})
+	}
+}
+
+// The statuses and messages that the recordings lack (409 is what
+// Podman 5 answers for conflicts) map the same way.
+func TestAPIErrorMappingByMessage(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want error
+	}{
+		{&libpod.Error{Op: "o", Status: 409, Cause: "that name is already in use"}, ErrNameInUse},
+		{&libpod.Error{Op: "o", Status: 409, Message: "container 12 is not running"}, ErrContainerNotRunning},
+		{&libpod.Error{Op: "o", Status: 409, Cause: "container state improper"}, ErrContainerNotRunning},
+		{&libpod.Error{Op: "o", Status: 500, Message: "can only create exec sessions on running containers: container state improper"}, ErrContainerNotRunning},
+		{&libpod.Error{Op: "o", Status: 404, Cause: "failed to find image x"}, ErrImageNotFound},
+		{&libpod.Error{Op: "o", Status: 404, Cause: "no such image"}, ErrImageNotFound},
+		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, ErrPodman},
+		{&libpod.Error{Op: "o", Err: io.ErrUnexpectedEOF}, ErrUnavailable},
+		{errors.New("not from libpod"), ErrPodman},
+	} {
+		assert.ErrorIs(t, apiError("op", "", c.err), c.want, c.err.Error())
+		assert.ErrorIs(t, apiError("op", "", c.err), c.err)
+	}
+	// A context's end is not Podman's failure.
+	for _, cerr := range []error{context.Canceled, context.DeadlineExceeded} {
+		err := apiError("op", "", &libpod.Error{Op: "o", Err: cerr})
+		assert.ErrorIs(t, err, cerr)
+		assert.NotErrorIs(t, err, ErrUnavailable)
+		assert.NotErrorIs(t, err, ErrPodman)
+	}
+}
+
+func TestAPIUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	svc := libpodtest.Serve(t, "4.3", nil)
+	v, err := NewAPIVM(ctx, svc.URI, Config{Image: testImage})
+	require.NoError(t, err)
+	require.NoError(t, v.Create(ctx))
+	svc.Close() // the socket is gone
+
+	res, err := v.Run(ctx, sh3)
+	assert.ErrorIs(t, err, ErrUnavailable)
+	assert.Nil(t, res)
+	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(nil)), ErrUnavailable)
+	assert.ErrorIs(t, v.CopyOut(ctx, "/tmp", io.Discard), ErrUnavailable)
+	assert.ErrorIs(t, v.Remove(ctx), ErrUnavailable)
+
+	_, err = NewAPIVM(ctx, svc.URI, Config{Image: testImage})
+	assert.ErrorIs(t, err, ErrUnavailable)
+	assert.ErrorContains(t, err, svc.URI)
+}
+
+// The service's own failure to start a command is an exec error naming
+// it; a command's own 126 or 127 is data.
+func TestAPIExecFailures(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		answer string
+		want   error
+	}{
+		{"exec-start-not-found", exec.ErrNotFound},
+		{"exec-start-not-executable", exec.ErrPermission},
+		{"exec-start-is-directory", exec.ErrPermission},
+		{"exec-start-no-workdir", exec.ErrDirNotFound},
+		{"exec-start-unknown-user", ErrPodman},
+		{"exec-start-127-is-data", nil},
+	} {
+		t.Run(c.answer, func(t *testing.T) {
+			t.Parallel()
+			v, _ := createdVM(t, "4.3", libpodtest.Routes{
+				"POST /exec/{id}/start": libpodtest.Recorded(c.answer),
+				"GET /exec/{id}/json":   libpodtest.Recorded(c.answer + "-inspect"),
+			})
+			var live bytes.Buffer
+			res, err := v.Run(context.Background(), exec.Command{Name: "the-command", Stderr: &live, MaxOutputBytes: 10})
+			if c.want == nil {
+				require.NoError(t, err)
+				assert.Equal(t, 127, res.ExitCode)
+				assert.Equal(t, "gone\n", res.Stderr)
+				return
+			}
+			assert.ErrorIs(t, err, c.want)
+			assert.Nil(t, res)
+			if c.want != ErrPodman {
+				assert.ErrorContains(t, err, "the-command")
+			}
+		})
+	}
+	// Data that merely looks like the service's message keeps its status.
+	for _, c := range []struct {
+		code   int
+		stdout int64
+		stderr string
+	}{
+		{127, 1, "Error: x: OCI runtime attempted to invoke a command that was not found\n"},
+		{127, 0, "hello\nError: x: OCI runtime attempted to invoke a command that was not found\n"},
+		{3, 0, "Error: x: OCI runtime attempted to invoke a command that was not found\n"},
+		{126, 0, "Error: something else\n"},
+	} {
+		assert.NoError(t, apiExecFailed("x", c.code, c.stdout, c.stderr, int64(len(c.stderr))), "%+v", c)
+	}
+	msg := "Error: x: OCI runtime attempted to invoke a command that was not found\n"
+	assert.NoError(t, apiExecFailed("x", 127, 0, msg, int64(len(msg))+10), "stderr longer than what was kept")
+}
+
+func TestAPIRun(t *testing.T) {
+	t.Parallel()
+	v, svc := createdVM(t, "4.3", nil)
+	var liveOut, liveErr bytes.Buffer
+	cmd := sh3
+	cmd.Env = []string{"A=1"}
+	cmd.Dir = "/work"
+	cmd.Stdout, cmd.Stderr = &liveOut, &liveErr
+	res, err := v.Run(context.Background(), cmd)
+	require.NoError(t, err)
+	assert.Equal(t, "hi\n", res.Stdout)
+	assert.Equal(t, "oops\n", res.Stderr)
+	assert.Equal(t, 3, res.ExitCode)
+	assert.Equal(t, int64(3), res.StdoutBytes)
+	assert.Equal(t, "hi\n", liveOut.String())
+	assert.Equal(t, "oops\n", liveErr.String())
+
+	var sent libpod.ExecConfig
+	for _, r := range svc.Requests() {
+		if r.Route == "POST /containers/{id}/exec" {
+			require.NoError(t, json.Unmarshal(r.Body, &sent))
+		}
+	}
+	assert.Equal(t, []string{"sh", "-c", "echo hi; echo oops >&2; exit 3"}, sent.Cmd)
+	assert.Equal(t, "A=1", sent.Env[0])
+	assert.True(t, strings.HasPrefix(sent.Env[1], markerKey+"="))
+	assert.Equal(t, "/work", sent.WorkingDir)
+	assert.False(t, sent.AttachStdin, "no stdin, none attached")
+	assert.True(t, sent.AttachStdout && sent.AttachStderr)
+	assert.NotContains(t, routes(svc), "POST /exec/{id}/remove")
+}
+
+func TestAPIRunCapsOutput(t *testing.T) {
+	t.Parallel()
+	v, _ := createdVM(t, "4.3", libpodtest.Routes{
+		"POST /exec/{id}/start": libpodtest.Recorded("exec-start-big"),
+		"GET /exec/{id}/json":   libpodtest.Recorded("exec-start-big-inspect"),
+	})
+	var live bytes.Buffer
+	res, err := v.Run(context.Background(), exec.Command{Name: "x", MaxOutputBytes: 1000, Stdout: &live})
+	require.NoError(t, err)
+	assert.True(t, res.Truncated)
+	assert.Equal(t, int64(256<<10), res.StdoutBytes)
+	assert.Less(t, len(res.Stdout), 1100)
+	assert.Equal(t, 256<<10, live.Len(), "the live writer gets everything")
+}
+
+// The exit status is read only once the stream is drained: output still
+// in flight when the session already reports its exit is not lost.
+func TestAPIRunExitCodeAfterDrain(t *testing.T) {
+	t.Parallel()
+	name := "exec-start-exit-3"
+	firstFrame := libpodtest.HeaderEnd(name) + 8 + 3 // header, then "hi\n"
+	v, svc := createdVM(t, "4.3", libpodtest.Routes{
+		// stderr comes 300 ms after stdout, the exit already recorded.
+		"POST /exec/{id}/start": libpodtest.Pause(name, firstFrame, 300*time.Millisecond),
+	})
+	res, err := v.Run(context.Background(), sh3)
+	require.NoError(t, err)
+	assert.Equal(t, "hi\n", res.Stdout)
+	assert.Equal(t, "oops\n", res.Stderr, "output after the exit was recorded")
+	assert.Equal(t, 3, res.ExitCode)
+	assert.GreaterOrEqual(t, res.Duration, 300*time.Millisecond)
+
+	// A session still running when its stream has ended is inspected again
+	// until it stops.
+	v, svc = createdVM(t, "4.3", libpodtest.Routes{
+		"GET /exec/{id}/json": libpodtest.Seq(
+			libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-inspect-running"),
+			libpodtest.Recorded("exec-start-exit-3-inspect")),
+	})
+	res, err = v.Run(context.Background(), sh3)
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.ExitCode)
+	assert.Equal(t, 3, svc.Count("GET /exec/{id}/json"))
+}
+
+// A stream that stays open after its process has exited is closed; Run
+// does not wait for it.
+func TestAPIRunHangingStream(t *testing.T) {
+	t.Parallel()
+	v, svc := createdVM(t, "4.3", libpodtest.Routes{"POST /exec/{id}/start": libpodtest.Hold("exec-start-exit-3")})
+	start := time.Now()
+	res, err := v.Run(context.Background(), sh3)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, "hi\n", res.Stdout)
+	assert.Equal(t, "oops\n", res.Stderr)
+	assert.Equal(t, 3, res.ExitCode)
+	assert.False(t, res.TimedOut)
+	assert.GreaterOrEqual(t, svc.Count("GET /exec/{id}/json"), 2, "polled while the stream was open, then read the exit")
+}
+
+// A connection dropped mid-stream is ErrUnavailable, with the output so
+// far; what runs is killed.
+func TestAPIRunStreamDropped(t *testing.T) {
+	t.Parallel()
+	name := "exec-start-interleaved"
+	v, svc := createdVM(t, "4.3", libpodtest.Routes{
+		"POST /exec/{id}/start": libpodtest.Seq(libpodtest.Cut(name, libpodtest.HeaderEnd(name)+1000), libpodtest.Recorded("exec-start-big")),
+		"GET /exec/{id}/json":   libpodtest.Recorded("exec-start-big-inspect"),
+	})
+	res, err := v.Run(context.Background(), exec.Command{Name: "x"})
+	assert.ErrorIs(t, err, ErrUnavailable)
+	require.NotNil(t, res)
+	assert.True(t, strings.HasPrefix(res.Stdout, "out 0\nout 1\n"), res.Stdout)
+	assert.Less(t, res.StdoutBytes+res.StderrBytes, int64(1000))
+	assert.Equal(t, -1, res.ExitCode)
+	assert.Equal(t, 2, svc.Count("POST /containers/{id}/exec"), "a second session kills what ran")
+}
+
+// On timeout the run is killed inside the sandbox by a second session;
+// only a service that has the endpoint (Podman 4.8+) is asked to
+// force-remove the session as well.
+func TestAPIRunTimeoutKillsByVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		version string
+		remove  int
+	}{{"4.3", 0}, {"5.4", 1}} {
+		t.Run(c.version, func(t *testing.T) {
+			t.Parallel()
+			routes := libpodtest.Routes{
+				// Session 1, the run, prints and hangs; session 2 is the kill.
+				"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"), libpodtest.Recorded("exec-start-big")),
+				"GET /exec/{id}/json":   libpodtest.ByExec(libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-start-big-inspect")),
+			}
+			if c.remove > 0 {
+				routes["POST /exec/{id}/remove"] = libpodtest.Recorded("exec-remove-v5")
+			}
+			v, svc := createdVM(t, c.version, routes)
+			cmd := sh3
+			cmd.Timeout = 300 * time.Millisecond
+			start := time.Now()
+			res, err := v.Run(context.Background(), cmd)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Less(t, time.Since(start), 5*time.Second)
+			require.NotNil(t, res)
+			assert.True(t, res.TimedOut)
+			assert.Equal(t, -1, res.ExitCode)
+			assert.Equal(t, "hi\n", res.Stdout, "the partial output")
+
+			var kill libpod.ExecConfig
+			var removed []*libpodtest.Request
+			for _, r := range svc.Requests() {
+				switch r.Route {
+				case "POST /containers/{id}/exec":
+					require.NoError(t, json.Unmarshal(r.Body, &kill)) // the last: the kill
+				case "POST /exec/{id}/remove":
+					removed = append(removed, r)
+				}
+			}
+			assert.Equal(t, "/bin/sh", kill.Cmd[0])
+			assert.Contains(t, kill.Cmd, "podvm-kill")
+			assert.True(t, strings.HasPrefix(kill.Cmd[len(kill.Cmd)-1], markerKey+"="))
+			require.Len(t, removed, c.remove)
+			if c.remove > 0 {
+				assert.Contains(t, removed[0].URL.Path, libpodtest.ExecID(1))
+				assert.JSONEq(t, `{"Force":true}`, string(removed[0].Body))
+			}
+		})
+	}
+}
+
+func TestAPIRunCancelled(t *testing.T) {
+	t.Parallel()
+	v, _ := createdVM(t, "4.3", libpodtest.Routes{
+		"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"), libpodtest.Recorded("exec-start-big")),
+		"GET /exec/{id}/json":   libpodtest.ByExec(libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-start-big-inspect")),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	res, err := v.Run(ctx, sh3)
+	assert.ErrorIs(t, err, context.Canceled)
+	require.NotNil(t, res)
+	assert.True(t, res.TimedOut)
+
+	res, err = v.Run(ctx, sh3)
+	assert.ErrorIs(t, err, context.Canceled, "a context already done")
+	assert.Nil(t, res)
+}
+
+// A kill that cannot start (at the pids limit, say) is tried again.
+func TestAPIRunKillRetried(t *testing.T) {
+	t.Parallel()
+	v, svc := createdVM(t, "4.3", libpodtest.Routes{
+		"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"),
+			libpodtest.Recorded("exec-start-unknown-user"), libpodtest.Recorded("exec-start-big")),
+		"GET /exec/{id}/json": libpodtest.ByExec(libpodtest.Recorded("exec-inspect-running"),
+			libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-start-big-inspect")),
+	})
+	cmd := sh3
+	cmd.Timeout = 200 * time.Millisecond
+	res, err := v.Run(context.Background(), cmd)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, ErrPodman, "the second kill succeeded")
+	require.NotNil(t, res)
+	assert.True(t, res.TimedOut)
+	assert.Equal(t, 3, svc.Count("POST /containers/{id}/exec"))
+}
+
+func TestAPIRunStdin(t *testing.T) {
+	t.Parallel()
+	// The stream stays open while stdin is copied.
+	name := "exec-start-exit-3"
+	v, svc := createdVM(t, "4.3", libpodtest.Routes{
+		"POST /exec/{id}/start": libpodtest.Pause(name, libpodtest.HeaderEnd(name), 200*time.Millisecond)})
+	cmd := sh3
+	cmd.Stdin = strings.NewReader("input")
+	_, err := v.Run(context.Background(), cmd)
+	require.NoError(t, err)
+	var sent libpod.ExecConfig
+	for _, r := range svc.Requests() {
+		if r.Route == "POST /containers/{id}/exec" {
+			require.NoError(t, json.Unmarshal(r.Body, &sent))
+		}
+	}
+	assert.True(t, sent.AttachStdin)
+
+	boom := errors.New("boom")
+	cmd.Stdin = io.MultiReader(strings.NewReader("in"), iotestErrReader{boom})
+	res, err := v.Run(context.Background(), cmd)
+	if assert.ErrorIs(t, err, boom) {
+		assert.NotNil(t, res)
+	}
+}
+
+type iotestErrReader struct{ err error }
+
+func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestAPIConcurrentRunsUnit(t *testing.T) {
+	t.Parallel()
+	v, svc := createdVM(t, "4.3", nil)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := v.Run(context.Background(), sh3)
+			if assert.NoError(t, err) {
+				assert.Equal(t, "hi\n", res.Stdout)
+				assert.Equal(t, 3, res.ExitCode)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 16, svc.Count("POST /exec/{id}/start"))
+}
+
+func TestAPICreateSpec(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	v, svc := fakeVM(t, "4.3", nil, Config{
+		Name:           "box",
+		Mounts:         []Mount{{Source: dir, Target: "/src", ReadOnly: true}, {Source: dir, Target: "/out"}},
+		Workdir:        "/src",
+		Env:            []string{"A=1", "B=x=y"},
+		User:           "65534:65534",
+		Network:        "my-net",
+		Memory:         64 << 20,
+		CPUs:           0.5,
+		ReadOnlyRootfs: true,
+		Labels:         map[string]string{"team": "build"},
+	})
+	require.NoError(t, v.Create(context.Background()))
+	assert.Len(t, v.ID(), 64)
+	assert.Equal(t, []string{"GET /_ping", "GET /images/localhost/podvm-test:latest/exists", "POST /containers/create", "POST /containers/{id}/start"}, routes(svc))
+
+	var spec map[string]any
+	require.NoError(t, json.Unmarshal(svc.Requests()[2].Body, &spec))
+	labels := spec["labels"].(map[string]any)
+	assert.Equal(t, "build", labels["team"])
+	assert.Equal(t, "true", labels[LabelManaged])
+	assert.Equal(t, strconv.Itoa(os.Getpid()), labels[LabelOwnerPID])
+	assert.Equal(t, v.token, labels[labelToken])
+	for k, want := range map[string]any{
+		"name":                 "box",
+		"image":                testImage,
+		"init":                 true,
+		"entrypoint":           []any{"/run/podman-init", "-P"},
+		"env":                  map[string]any{"A": "1", "B": "x=y"},
+		"work_dir":             "/src",
+		"user":                 "65534:65534",
+		"httpproxy":            false,
+		"netns":                map[string]any{"nsmode": "bridge"},
+		"Networks":             map[string]any{"my-net": map[string]any{}},
+		"no_new_privileges":    true,
+		"cap_drop":             []any{"ALL"},
+		"cap_add":              []any{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"},
+		"read_only_filesystem": true,
+		"resource_limits": map[string]any{
+			"memory": map[string]any{"limit": float64(64 << 20), "swap": float64(64 << 20)},
+			"cpu":    map[string]any{"quota": float64(50000), "period": float64(100000)},
+			"pids":   map[string]any{"limit": float64(DefaultPids)},
+		},
+		"mounts": []any{
+			map[string]any{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []any{"rw", "nosuid", "nodev"}},
+			map[string]any{"destination": "/var/tmp", "type": "tmpfs", "source": "tmpfs", "options": []any{"rw", "nosuid", "nodev"}},
+			map[string]any{"destination": "/run", "type": "tmpfs", "source": "tmpfs", "options": []any{"rw", "nosuid", "nodev"}},
+			map[string]any{"destination": "/src", "type": "bind", "source": dir, "options": []any{"rbind", "ro"}},
+			map[string]any{"destination": "/out", "type": "bind", "source": dir, "options": []any{"rbind", "rw"}},
+		},
+	} {
+		assert.Equal(t, want, spec[k], k)
+	}
+
+	// The defaults: no network, nothing else.
+	v, svc = fakeVM(t, "4.3", nil, Config{})
+	require.NoError(t, v.Create(context.Background()))
+	spec = nil
+	require.NoError(t, json.Unmarshal(svc.Requests()[2].Body, &spec))
+	assert.Equal(t, map[string]any{"nsmode": "none"}, spec["netns"])
+	for _, k := range []string{"name", "Networks", "mounts", "read_only_filesystem", "user", "work_dir", "env"} {
+		assert.NotContains(t, spec, k)
+	}
+	assert.Equal(t, map[string]any{"pids": map[string]any{"limit": float64(DefaultPids)}}, spec["resource_limits"])
+}
+
+func TestNetNS(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		mode string
+		val  string
+		nets []string
+	}{
+		{"none", "none", "", nil},
+		{"host", "host", "", nil},
+		{"bridge", "bridge", "", nil},
+		{"slirp4netns", "slirp4netns", "", nil},
+		{"container:abc", "container", "abc", nil},
+		{"podman1", "bridge", "", []string{"podman1"}},
+	} {
+		ns, nets := netNS(c.in)
+		assert.Equal(t, libpod.Namespace{Mode: c.mode, Value: c.val}, ns, c.in)
+		var names []string
+		for n := range nets {
+			names = append(names, n)
+		}
+		assert.Equal(t, c.nets, names, c.in)
+	}
+}
+
+func TestAPICreatePullPolicy(t *testing.T) {
+	t.Parallel()
+	missing := "localhost/podvm-no-such-image:latest"
+	exists := "GET /images/" + missing + "/exists"
+	for _, c := range []struct {
+		name   string
+		image  string
+		pull   PullPolicy
+		routes libpodtest.Routes
+		want   error
+		asked  []string
+	}{
+		{"missing, present", testImage, PullMissing, nil, nil,
+			[]string{"GET /images/localhost/podvm-test:latest/exists", "POST /containers/create"}},
+		{"missing, absent", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing")}, nil,
+			[]string{exists, "POST /images/pull", "POST /containers/create"}},
+		{"missing, no registry has it", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing"),
+			"POST /images/pull": libpodtest.Recorded("image-pull-unreachable")}, ErrImageNotFound,
+			[]string{exists, "POST /images/pull"}},
+		{"never, absent", missing, PullNever, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing")}, ErrImageNotFound,
+			[]string{exists}},
+		{"always", testImage, PullAlways, nil, nil, []string{"POST /images/pull", "POST /containers/create"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, svc := fakeVM(t, "4.3", c.routes, Config{Image: c.image, Pull: c.pull})
+			err := v.Create(context.Background())
+			if c.want == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, c.want)
+				assert.Empty(t, v.ID())
+			}
+			got := routes(svc)[1:] // after the ping
+			assert.Equal(t, c.asked, got[:min(len(got), len(c.asked))])
+			if c.want != nil {
+				assert.Equal(t, c.asked, got, "nothing made, nothing removed")
+				assert.NoError(t, v.Remove(context.Background()))
+				assert.Equal(t, c.asked, routes(svc)[1:], "Remove asks nothing")
+			}
+		})
+	}
+}
+
+// A Create that fails after the container was made removes it: by ID
+// when known, else by its label.
+func TestAPICreateFailureRemovesWhatItMade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v, svc := fakeVM(t, "4.3", libpodtest.Routes{"POST /containers/{id}/start": libpodtest.Recorded("container-start-no-such-container")}, Config{})
+	assert.ErrorIs(t, v.Create(ctx), ErrNoSuchContainer)
+	assert.Equal(t, "DELETE /containers/{id}", routes(svc)[len(routes(svc))-1])
+	assert.Empty(t, v.ID())
+	assert.ErrorIs(t, v.Create(ctx), ErrAlreadyCreated)
+	n := len(svc.Requests())
+	require.NoError(t, v.Remove(ctx))
+	assert.Len(t, svc.Requests(), n, "already removed")
+
+	// The answer to create was lost: the container is found by label.
+	v, svc = fakeVM(t, "4.3", libpodtest.Routes{"POST /containers/create": libpodtest.Cut("container-create", 30)}, Config{})
+	assert.ErrorIs(t, v.Create(ctx), ErrUnavailable)
+	got := routes(svc)
+	assert.Equal(t, []string{"GET /containers/json", "DELETE /containers/{id}"}, got[len(got)-2:])
+	list := svc.Requests()[len(got)-2]
+	assert.Equal(t, `{"label":["`+labelToken+`=`+v.token+`"]}`, list.URL.Query().Get("filters"))
+}
+
+func TestAPIRemove(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// Before Create: nothing asked; then Run is ErrRemoved.
+	v, svc := fakeVM(t, "4.3", nil, Config{})
+	require.NoError(t, v.Remove(ctx))
+	assert.Equal(t, []string{"GET /_ping"}, routes(svc))
+	_, err := v.Run(ctx, sh3)
+	assert.ErrorIs(t, err, ErrRemoved)
+	assert.ErrorIs(t, v.Create(ctx), ErrRemoved)
+
+	// DoRequest tries three times.
+	cut := libpodtest.Cut("container-remove", 0)
+	v, svc = createdVM(t, "4.3", libpodtest.Routes{"DELETE /containers/{id}": libpodtest.Seq(
+		cut, cut, cut, libpodtest.Recorded("container-remove-no-such-container"))})
+	_, err = v.Run(ctx, exec.Command{Name: "true"})
+	require.NoError(t, err)
+	assert.ErrorIs(t, v.Remove(ctx), ErrUnavailable, "the service died")
+	_, err = v.Run(ctx, sh3)
+	assert.ErrorIs(t, err, ErrRemoved, "even after a failed Remove")
+	require.NoError(t, v.Remove(ctx), "tried again: already gone counts as removed")
+	n := svc.Count("DELETE /containers/{id}")
+	require.NoError(t, v.Remove(ctx))
+	assert.Equal(t, n, svc.Count("DELETE /containers/{id}"), "idempotent")
+	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(nil)), ErrRemoved)
+}
+
+func apiTarOf(t *testing.T, hs ...*tar.Header) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, h := range hs {
+		require.NoError(t, tw.WriteHeader(h))
+		tw.Write(make([]byte, h.Size))
+	}
+	require.NoError(t, tw.Close())
+	return b.Bytes()
+}
+
+// apiTarNames lists the entries of tar stream b.
+func apiTarNames(t *testing.T, b []byte) []string {
+	t.Helper()
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		require.NoError(t, err)
+		names = append(names, h.Name)
+	}
+}
+
+func TestAPICopyIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v, svc := createdVM(t, "4.3", libpodtest.Routes{"HEAD /containers/{id}/archive": libpodtest.Seq(
+		libpodtest.Recorded("archive-head"), libpodtest.Recorded("archive-head"), libpodtest.Recorded("archive-head-file"),
+		libpodtest.Recorded("archive-head-missing"))})
+	in := apiTarOf(t, &tar.Header{Name: "a", Size: 3, Mode: 0o644, Typeflag: tar.TypeReg})
+	require.NoError(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(in)))
+	put := svc.Requests()[len(svc.Requests())-1]
+	assert.Equal(t, "PUT /containers/{id}/archive", put.Route)
+	assert.Equal(t, "/tmp", put.URL.Query().Get("path"))
+	assert.Equal(t, apiTarNames(t, in), apiTarNames(t, put.Body))
+
+	evil := apiTarOf(t, &tar.Header{Name: "ok", Mode: 0o644, Typeflag: tar.TypeReg}, &tar.Header{Name: "../x", Mode: 0o644, Typeflag: tar.TypeReg})
+	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(evil)), ErrUnsafeArchive)
+	assert.ErrorIs(t, v.CopyIn(ctx, "/etc/passwd", bytes.NewReader(in)), ErrPodman, "not a directory")
+	assert.ErrorIs(t, v.CopyIn(ctx, "/no/such", bytes.NewReader(in)), ErrPodman, "no such directory")
+	assert.Error(t, v.CopyIn(ctx, "relative", bytes.NewReader(in)))
+}
+
+func TestAPICopyOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	v, _ := createdVM(t, "4.3", libpodtest.Routes{"GET /containers/{id}/archive": libpodtest.Seq(
+		libpodtest.Recorded("archive-get"), libpodtest.Recorded("archive-get-missing"),
+		libpodtest.Cut("archive-get", libpodtest.HeaderEnd("archive-get")+1000))})
+	var out bytes.Buffer
+	require.NoError(t, v.CopyOut(ctx, "/tmp/record.sh", &out))
+	assert.Equal(t, []string{"record.sh"}, apiTarNames(t, out.Bytes()))
+	err := v.CopyOut(ctx, "/no/such/path", io.Discard)
+	assert.ErrorIs(t, err, ErrPodman)
+	assert.ErrorContains(t, err, "no such file or directory")
+	assert.ErrorIs(t, v.CopyOut(ctx, "/tmp/record.sh", io.Discard), ErrUnavailable, "dropped mid-stream")
+}
