@@ -45,11 +45,13 @@ func newExecSpec(cfg Config, cmd exec.Command) execSpec {
 
 // killScript kills every process whose environment holds the marker $1,
 // using nothing but shell builtins, so it works when the pids limit is
-// reached and nothing can fork. A fork bomb respawns faster than one can
-// kill it, so it is frozen first: every marked process is stopped, round
-// after round, and once none runs (a stopped process cannot fork) all are
-// killed. It ends only when a scan finds no marked process left, so a
-// child that slipped out of a round is caught by the next.
+// reached and nothing can fork. Each exec session is a process group of
+// its own, and killing a whole group is atomic against fork (a fork racing
+// the signal fails), so a fork bomb dies with its group in one kill; the
+// marked processes themselves are killed too, for any that left the group.
+// It ends only when a scan finds no marked process left. Group IDs 0 and
+// 1 (a leader outside the sandbox's PID namespace, or init) and its own
+// are never signalled.
 const killScript = `m=$1; me=$$
 each() {
   for f in /proc/[0-9]*/environ; do
@@ -60,15 +62,17 @@ each() {
     done 2>/dev/null <"$f"
   done
 }
-stop() { found=1; kill -STOP "$p" 2>/dev/null; }
-check() { read -r s 2>/dev/null <"/proc/$p/stat" && case $s in *") T "*|*") t "*) ;; *) left=1 ;; esac; }
-kill9() { kill -KILL "$p" 2>/dev/null; }
+group() { g=; read -r s 2>/dev/null <"/proc/$p/stat" || return 0; s=${s##*) }; set -- $s; g=$3; }
+hit() {
+  found=1; group
+  [ -n "$g" ] && [ "$g" -gt 1 ] && [ "$g" != "$mine" ] && kill -9 -- "-$g" 2>/dev/null
+  kill -9 "$p" 2>/dev/null
+}
+p=$me; group; mine=$g
 n=0
-while [ $n -lt 500 ]; do
-  found=0; each stop
+while [ $n -lt 1000 ]; do
+  found=0; each hit
   [ $found = 0 ] && exit 0
-  left=0; each check
-  [ $left = 0 ] && each kill9
   n=$((n+1))
 done
 exit 1`
