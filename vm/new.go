@@ -1,0 +1,162 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/libpod"
+)
+
+// New returns a VM for cfg, not yet created, on the first Podman it finds:
+//
+//  1. the service named by [WithURL], if given: only that;
+//  2. otherwise $CONTAINER_HOST, $XDG_RUNTIME_DIR/podman/podman.sock
+//     (rootless) and /run/podman/podman.sock (rootful), each pinged within
+//     the ping timeout: the first that answers gets an [APIVM];
+//  3. when none answers, a [CLIVM] running the podman binary on PATH.
+//
+// [WithBackend] restricts the choice to one backend. When nothing is
+// usable the error matches [ErrUnavailable] and lists everything tried.
+// The choice and its reason go to the [WithLogger] logger. A config error
+// matches [ErrInvalidConfig] and is reported before any probe.
+func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := newOptions(opts)
+	c, tried, err := o.connect(ctx)
+	if c != nil {
+		o.log.Info("podvm: using the API backend", "uri", c.URI(), "server", c.Version().String())
+		return newAPIVMChecked(c, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, cliErr := o.cli(cfg, len(tried) > 0)
+	if cliErr == nil {
+		o.log.Info("podvm: using the CLI backend", "podman", o.podman, "reason", reason(tried))
+		return v, nil
+	}
+	if errors.Is(cliErr, ErrInvalidConfig) {
+		return nil, cliErr
+	}
+	tried = append(tried, cliErr.Error())
+	return nil, fmt.Errorf("%w: tried %s", ErrUnavailable, strings.Join(tried, "; "))
+}
+
+// newAPIVMChecked is newAPIVM with the checks NewAPIVM makes of cfg.
+func newAPIVMChecked(c *libpod.Client, cfg Config) (VM, error) {
+	if strings.HasPrefix(c.URI(), "unix://") {
+		if err := cfg.checkMountSources(); err != nil {
+			return nil, err
+		}
+	}
+	return newAPIVM(c, cfg), nil
+}
+
+// connect finds a service for the API backend. It returns the client, or
+// what it tried and why each failed; err is set only when trying further
+// (the CLI) is pointless.
+func (o options) connect(ctx context.Context) (c *libpod.Client, tried []string, err error) {
+	if o.backend == BackendCLI {
+		return nil, nil, nil
+	}
+	if o.backend != BackendAPI && o.backend != BackendAuto {
+		return nil, nil, fmt.Errorf("%w: unknown backend %q", ErrInvalidConfig, o.backend)
+	}
+	candidates := o.sockets()
+	for _, uri := range candidates {
+		c, err := o.ping(ctx, uri)
+		if err == nil {
+			return c, nil, nil
+		}
+		o.log.Debug("podvm: no service", "uri", uri, "err", err)
+		tried = append(tried, err.Error())
+	}
+	if len(candidates) == 0 {
+		tried = append(tried, "no socket: CONTAINER_HOST unset, none at $XDG_RUNTIME_DIR/podman/podman.sock or /run/podman/podman.sock")
+	}
+	if o.backend == BackendAPI || o.url != "" { // the CLI would go to the same place
+
+		return nil, nil, fmt.Errorf("%w: tried %s", ErrUnavailable, strings.Join(tried, "; "))
+	}
+	return nil, tried, nil
+}
+
+// sockets lists the services to probe, in order.
+func (o options) sockets() []string {
+	if o.url != "" {
+		return []string{o.url}
+	}
+	var uris []string
+	if h := os.Getenv("CONTAINER_HOST"); h != "" {
+		uris = append(uris, h)
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		uris = append(uris, "unix://"+filepath.Join(d, "podman", "podman.sock"))
+	}
+	return append(uris, "unix:///run/podman/podman.sock")
+}
+
+// ping connects to uri within the ping timeout. A unix socket that does
+// not exist fails at once, without a dial.
+func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
+	if path, ok := strings.CutPrefix(uri, "unix://"); ok {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%s: no socket", uri)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, o.pingTimeout)
+	defer cancel()
+	c, err := libpod.Connect(pctx, uri)
+	if err != nil {
+		if pctx.Err() != nil && ctx.Err() == nil {
+			return nil, fmt.Errorf("%s: no answer within %v", uri, o.pingTimeout)
+		}
+		return nil, fmt.Errorf("%s: %v", uri, err)
+	}
+	return c, nil
+}
+
+// cli returns a CLIVM as the options say. fallback: a socket was tried
+// and did not answer, so podman must not be sent to it by the environment.
+func (o options) cli(cfg Config, fallback bool) (*CLIVM, error) {
+	x := o.x
+	if x == nil {
+		if _, err := osexec.LookPath(o.podman); err != nil {
+			return nil, fmt.Errorf("no podman binary: %v", err)
+		}
+		env := os.Environ()
+		if fallback && o.url == "" {
+			env = withoutVars(env, "CONTAINER_HOST", "CONTAINER_CONNECTION")
+		}
+		x = exec.NewCommandExecutor(exec.WithBaseEnv(env))
+	}
+	return NewCLIVM(cfg, x, WithPodman(o.podman), WithURL(o.url))
+}
+
+// withoutVars returns env without the entries for keys.
+func withoutVars(env []string, keys ...string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(keys, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func reason(tried []string) string {
+	if len(tried) == 0 {
+		return "requested"
+	}
+	return "no socket answered: " + strings.Join(tried, "; ")
+}

@@ -1,0 +1,240 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/vm"
+	"github.com/podvm/podvm/vm/vmtest"
+)
+
+func TestNewFindsTheService(t *testing.T) {
+	env := podmantest.Need(t)
+	path, ok := strings.CutPrefix(env.Host, "unix://")
+	if !ok {
+		t.Skip("needs a unix:// CONTAINER_HOST")
+	}
+	cfg := vm.Config{Image: env.Image}
+
+	var log bytes.Buffer
+	v, err := vm.New(context.Background(), cfg, logTo(&log))
+	require.NoError(t, err)
+	assert.IsType(t, &vm.APIVM{}, v, "CONTAINER_HOST answers")
+	assert.Contains(t, log.String(), env.Host)
+
+	// Without CONTAINER_HOST, the rootless socket is next.
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "podman"), 0o700))
+	require.NoError(t, os.Symlink(path, filepath.Join(dir, "podman", "podman.sock")))
+	t.Setenv("CONTAINER_HOST", "")
+	t.Setenv("XDG_RUNTIME_DIR", dir)
+	log.Reset()
+	v, err = vm.New(context.Background(), cfg, logTo(&log))
+	require.NoError(t, err)
+	assert.IsType(t, &vm.APIVM{}, v)
+	assert.Contains(t, log.String(), filepath.Join(dir, "podman", "podman.sock"))
+}
+
+// service is a Podman API service of the test's own, on its own socket,
+// sharing the storage of the project's.
+type service struct {
+	t    *testing.T
+	uri  string
+	path string
+	cmd  *osexec.Cmd
+}
+
+func startService(t *testing.T) *service {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "podvm-svc-") // short: socket paths are limited
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &service{t: t, path: filepath.Join(dir, "s.sock")}
+	s.uri = "unix://" + s.path
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *service) start() {
+	s.t.Helper()
+	cmd := osexec.Command("podman", "system", "service", "--time=0", s.uri)
+	cmd.Env = withoutEnv(os.Environ(), "CONTAINER_HOST")
+	require.NoError(s.t, cmd.Start())
+	s.cmd = cmd
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if _, err := vm.NewAPIVM(ctx, s.uri, vm.Config{Image: "x"}); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("podman service on %s did not answer", s.uri)
+}
+
+func (s *service) stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+func withoutEnv(env []string, key string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// When the service dies, calls fail promptly and clearly; when it is back,
+// they work again; a VM made while it is down uses the CLI.
+func TestServiceGoesAwayAndComesBack(t *testing.T) {
+	env := podmantest.Need(t)
+	if _, err := osexec.LookPath("podman"); err != nil {
+		t.Skip("needs the podman binary to run a service of its own")
+	}
+	svc := startService(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	v, err := vm.New(ctx, vm.Config{Image: env.Image}, vm.WithURL(svc.uri))
+	require.NoError(t, err)
+	require.NoError(t, v.Create(ctx))
+	// Through the project's service: ours may be down.
+	defer podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", v.ID())
+	hello := exec.Command{Name: "echo", Args: []string{"hello"}}
+	res, err := v.Run(ctx, hello)
+	require.NoError(t, err)
+	require.Equal(t, "hello\n", res.Stdout)
+
+	svc.stop()
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = v.Run(rctx, hello)
+	rcancel()
+	require.ErrorIs(t, err, vm.ErrUnavailable, "a dead service is ErrUnavailable, not a hang")
+
+	// Down: New falls back to the CLI, talking to Podman directly.
+	t.Setenv("CONTAINER_HOST", svc.uri)
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	var log bytes.Buffer
+	fallback, err := vm.New(ctx, vm.Config{Image: env.Image}, logTo(&log))
+	require.NoError(t, err)
+	assert.IsType(t, &vm.CLIVM{}, fallback, log.String())
+	require.NoError(t, fallback.Create(ctx))
+	defer fallback.Remove(context.Background())
+	res, err = fallback.Run(ctx, hello)
+	require.NoError(t, err)
+	assert.Equal(t, "hello\n", res.Stdout)
+
+	svc.start()
+	res, err = v.Run(ctx, hello)
+	require.NoError(t, err, "the service is back")
+	assert.Equal(t, "hello\n", res.Stdout)
+	require.NoError(t, v.Remove(ctx))
+}
+
+// crashEnv makes the test binary create a sandbox and die without removing
+// it, as a crashed pipeline would.
+const crashEnv = "PODVM_TEST_CRASH"
+
+func crashAfterCreate() int {
+	ctx := context.Background()
+	v, err := vm.NewAPIVM(ctx, os.Getenv("CONTAINER_HOST"), vm.Config{Image: os.Getenv("PODVM_TEST_IMAGE"), Labels: map[string]string{"test": os.Getenv(crashEnv)}})
+	if err == nil {
+		err = v.Create(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Println(v.ID())
+	return 0 // no Remove: the sandbox outlives its owner
+}
+
+func TestReap(t *testing.T) {
+	env := podmantest.Need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Only this test's sandboxes are reaped: other packages' tests run
+	// beside it on the same service.
+	tag := fmt.Sprintf("reap-%d", time.Now().UnixNano())
+	ps := func() string { return podman(ctx, t, env, "ps", "-a", "-q", "--no-trunc") }
+
+	// Ours, alive; and a container podvm did not make.
+	mine, err := vm.NewAPIVM(ctx, env.Host, vm.Config{Image: env.Image, Labels: map[string]string{"test": tag}})
+	require.NoError(t, err)
+	require.NoError(t, mine.Create(ctx))
+	defer mine.Remove(context.Background())
+	foreign := strings.TrimSpace(podman(ctx, t, env, "run", "-d", "--label", "test="+tag, "--label", "io.podvm.owner.pid=1",
+		"--label", "io.podvm.created=1", "--init", "--entrypoint", `["/run/podman-init","-P"]`, env.Image))
+	t.Cleanup(func() { podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", foreign) })
+
+	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
+		t.Run(string(backend), func(t *testing.T) {
+			// A sandbox whose owner died without removing it.
+			child := osexec.Command(os.Args[0], "-test.run=^$")
+			child.Env = append(os.Environ(), crashEnv+"="+tag)
+			out, err := child.Output()
+			require.NoError(t, err, "crashing child: %s", out)
+			orphan := strings.TrimSpace(string(out))
+			t.Cleanup(func() { podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", orphan) })
+			require.Contains(t, ps(), orphan)
+
+			removed, err := vm.Reap(ctx, 0, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithLabel("test", tag))
+			require.NoError(t, err)
+			assert.Equal(t, []string{orphan}, removed, "only the crashed owner's sandbox is reaped")
+			assert.NotContains(t, ps(), orphan)
+			assert.Contains(t, ps(), mine.ID(), "a live owner's sandbox is kept")
+			assert.Contains(t, ps(), foreign, "a container without podvm's label is never touched")
+		})
+	}
+
+	// By age, a live owner's sandbox goes too; the foreign one still stays.
+	time.Sleep(1100 * time.Millisecond)
+	removed, err := vm.Reap(ctx, time.Millisecond, vm.WithURL(env.Host), vm.WithLabel("test", tag))
+	require.NoError(t, err)
+	assert.Equal(t, []string{mine.ID()}, removed)
+	assert.Contains(t, ps(), foreign)
+}
+
+func TestSandboxHelper(t *testing.T) {
+	env := podmantest.Need(t)
+	var id string
+	t.Run("creates and cleans up", func(t *testing.T) {
+		box := vmtest.Sandbox(t, vm.Config{Image: env.Image}, vm.WithURL(env.Host))
+		id = box.ID()
+		res, err := box.Run(context.Background(), exec.Command{Name: "echo", Args: []string{"ok"}})
+		require.NoError(t, err)
+		assert.Equal(t, "ok\n", res.Stdout)
+	})
+	require.NotEmpty(t, id)
+	assert.NotContains(t, podman(context.Background(), t, env, "ps", "-a", "-q", "--no-trunc"), id, "removed in Cleanup")
+
+	if os.Getenv(vmtest.RequireEnv) == "" {
+		var skipped bool
+		t.Run("skips without podman", func(t *testing.T) {
+			defer func() { skipped = t.Skipped() }()
+			vmtest.Sandbox(t, vm.Config{Image: env.Image}, vm.WithURL("unix:///nonexistent/podvm.sock"))
+		})
+		assert.True(t, skipped)
+	}
+}

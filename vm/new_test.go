@@ -1,0 +1,126 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/vm"
+)
+
+// discoveryEnv points every place New looks at dir, where nothing answers
+// unless the test puts a socket there.
+func discoveryEnv(t *testing.T) (dir string) {
+	dir = t.TempDir()
+	t.Setenv("CONTAINER_HOST", "unix://"+filepath.Join(dir, "host.sock"))
+	t.Setenv("XDG_RUNTIME_DIR", dir)
+	return dir
+}
+
+func logTo(buf *bytes.Buffer) vm.Option {
+	return vm.WithLogger(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+}
+
+var anyConfig = vm.Config{Image: "localhost/podvm-test:latest"}
+
+func TestNewTriesSocketsInOrder(t *testing.T) {
+	dir := discoveryEnv(t)
+	_, err := vm.New(context.Background(), anyConfig, vm.WithBackend(vm.BackendAPI))
+	require.ErrorIs(t, err, vm.ErrUnavailable)
+	msg := err.Error()
+	host := strings.Index(msg, "unix://"+filepath.Join(dir, "host.sock"))
+	xdg := strings.Index(msg, "unix://"+filepath.Join(dir, "podman", "podman.sock"))
+	system := strings.Index(msg, "unix:///run/podman/podman.sock")
+	assert.True(t, host >= 0 && xdg > host && system > xdg, "CONTAINER_HOST, then XDG_RUNTIME_DIR, then /run, all named: %v", err)
+}
+
+// A socket that accepts but never answers costs the ping timeout, not a hang.
+func TestNewSocketThatDoesNotAnswer(t *testing.T) {
+	dir := discoveryEnv(t)
+	path := filepath.Join(dir, "host.sock")
+	ln, err := net.Listen("unix", path)
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	_, err = vm.New(context.Background(), anyConfig, vm.WithBackend(vm.BackendAPI), vm.WithPingTimeout(300*time.Millisecond))
+	require.ErrorIs(t, err, vm.ErrUnavailable)
+	assert.Contains(t, err.Error(), "unix://"+path+": no answer within 300ms")
+}
+
+func TestNewFallsBackToTheCLI(t *testing.T) {
+	discoveryEnv(t)
+	var log bytes.Buffer
+	// Any binary on PATH stands in for podman: New runs nothing.
+	v, err := vm.New(context.Background(), anyConfig, vm.WithPodman("true"), logTo(&log))
+	require.NoError(t, err)
+	assert.IsType(t, &vm.CLIVM{}, v)
+	assert.Contains(t, log.String(), "using the CLI backend")
+	assert.Contains(t, log.String(), "no socket answered")
+}
+
+func TestNewNothingUsable(t *testing.T) {
+	discoveryEnv(t)
+	_, err := vm.New(context.Background(), anyConfig, vm.WithPodman("podvm-no-such-podman"))
+	require.ErrorIs(t, err, vm.ErrUnavailable)
+	assert.Contains(t, err.Error(), "host.sock: no socket")
+	assert.Contains(t, err.Error(), "no podman binary")
+}
+
+// A named service is the only one tried: the CLI would go to the same place.
+func TestNewExplicitURLDoesNotFallBack(t *testing.T) {
+	discoveryEnv(t)
+	_, err := vm.New(context.Background(), anyConfig, vm.WithURL("unix:///nonexistent/podvm.sock"), vm.WithPodman("true"))
+	require.ErrorIs(t, err, vm.ErrUnavailable)
+	assert.NotContains(t, err.Error(), "host.sock", "nothing else is tried")
+}
+
+func TestNewRefusesBadInputBeforeProbing(t *testing.T) {
+	discoveryEnv(t)
+	var log bytes.Buffer
+	_, err := vm.New(context.Background(), vm.Config{Image: "--privileged"}, logTo(&log))
+	require.ErrorIs(t, err, vm.ErrInvalidConfig)
+	assert.Empty(t, log.String(), "no probe was made")
+
+	_, err = vm.New(context.Background(), anyConfig, vm.WithBackend("docker"))
+	require.ErrorIs(t, err, vm.ErrInvalidConfig)
+}
+
+func TestNewCLIBackendOnRequest(t *testing.T) {
+	discoveryEnv(t)
+	var log bytes.Buffer
+	v, err := vm.New(context.Background(), anyConfig, vm.WithBackend(vm.BackendCLI), vm.WithPodman("true"), logTo(&log))
+	require.NoError(t, err)
+	assert.IsType(t, &vm.CLIVM{}, v)
+	assert.NotContains(t, log.String(), "no service", "no socket was probed")
+}
+
+func TestReapNeverWithoutPodman(t *testing.T) {
+	discoveryEnv(t)
+	_, err := vm.Reap(context.Background(), time.Hour, vm.WithPodman("podvm-no-such-podman"))
+	require.True(t, errors.Is(err, vm.ErrUnavailable), "got %v", err)
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashEnv) != "" {
+		os.Exit(crashAfterCreate())
+	}
+	os.Exit(m.Run())
+}
