@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -141,12 +142,36 @@ func (v *APIVM) ensureImage(ctx context.Context) error {
 			return apiError("image exists", ref, err)
 		case ok:
 			return nil
-		case v.cfg.Pull == PullNever:
+		case v.cfg.Pull == PullNever && v.cfg.ImageArchive == "":
 			return fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, ref, PullNever)
 		}
 	}
+	if v.cfg.ImageArchive != "" {
+		return v.loadArchive(ctx)
+	}
 	if err := v.c.ImagePull(ctx, ref); err != nil {
 		return apiError("pull", ref, err)
+	}
+	return nil
+}
+
+// loadArchive uploads the config's image archive and checks that it held
+// the image.
+func (v *APIVM) loadArchive(ctx context.Context) error {
+	f, err := os.Open(v.cfg.ImageArchive)
+	if err != nil {
+		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+	}
+	defer f.Close()
+	if _, err := v.c.ImageLoad(ctx, f); err != nil {
+		return apiError("load", v.cfg.ImageArchive, err)
+	}
+	ok, err := v.c.ImageExists(ctx, v.cfg.Image)
+	switch {
+	case err != nil:
+		return apiError("image exists", v.cfg.Image, err)
+	case !ok:
+		return fmt.Errorf("%w: %s is not in the image archive %s", ErrImageNotFound, v.cfg.Image, v.cfg.ImageArchive)
 	}
 	return nil
 }

@@ -124,6 +124,12 @@ func (v *CLIVM) Create(ctx context.Context) error {
 		return ErrAlreadyCreated
 	}
 	v.created = true
+	if v.cfg.ImageArchive != "" {
+		if err := v.loadArchive(ctx); err != nil {
+			v.gone = true // nothing was made
+			return err
+		}
+	}
 	res, err := v.run(ctx, exec.Command{Args: v.runArgs(), MaxOutputBytes: errCapture})
 	switch {
 	case err != nil:
@@ -151,6 +157,33 @@ func (v *CLIVM) Create(ctx context.Context) error {
 	return err
 }
 
+// loadArchive loads the config's image archive when the image is not
+// present, or always under PullAlways.
+func (v *CLIVM) loadArchive(ctx context.Context) error {
+	if v.cfg.Pull != PullAlways {
+		res, err := v.run(ctx, exec.Command{Args: []string{"image", "exists", v.cfg.Image}, MaxOutputBytes: errCapture})
+		switch {
+		case err != nil:
+			return fmt.Errorf("vm: image exists %s: %w", v.cfg.Image, err)
+		case res.ExitCode == 0:
+			return nil
+		case res.ExitCode != 1:
+			return cliError("image exists", v.cfg.Image, res)
+		}
+	}
+	if _, err := os.Stat(v.cfg.ImageArchive); err != nil {
+		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+	}
+	res, err := v.run(ctx, exec.Command{Args: []string{"load", "-q", "-i", v.cfg.ImageArchive}, MaxOutputBytes: errCapture})
+	switch {
+	case err != nil:
+		return fmt.Errorf("vm: load %s: %w", v.cfg.ImageArchive, err)
+	case res.ExitCode != 0:
+		return cliError("load", v.cfg.ImageArchive, res)
+	}
+	return nil
+}
+
 func isContainerID(s string) bool {
 	if len(s) != 64 {
 		return false
@@ -162,7 +195,11 @@ func isContainerID(s string) bool {
 // runArgs is the argv of `podman run` for the config.
 func (v *CLIVM) runArgs() []string {
 	c := v.cfg
-	a := []string{"run", "-d", "--pull", string(c.Pull)}
+	pull := c.Pull
+	if c.ImageArchive != "" {
+		pull = PullNever // Create loaded the archive; no registry
+	}
+	a := []string{"run", "-d", "--pull", string(pull)}
 	if c.Name != "" {
 		a = append(a, "--name", c.Name)
 	}

@@ -666,3 +666,33 @@ func TestCLICopyOut(t *testing.T) {
 type failingWriter struct{ err error }
 
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// With an image archive, a missing image is loaded from it and run with
+// no registry pull.
+func TestCLIImageArchive(t *testing.T) {
+	t.Parallel()
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	require.NoError(t, os.WriteFile(archive, []byte("tar"), 0o644))
+	v, x := newMock(t, Config{Image: "img", Pull: PullAlways, ImageArchive: archive})
+	gomock.InOrder(
+		x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"load", "-q", "-i", archive}})).
+			Return(&exec.Result{Stdout: "Loaded image: localhost/img:latest\n"}, nil),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
+			assert.Equal(t, []string{"run", "-d", "--pull", "never"}, c.Args[:4], "no registry after the load")
+			return &exec.Result{Stdout: testID + "\n"}, nil
+		}),
+	)
+	require.NoError(t, v.Create(context.Background()))
+
+	present, x := newMock(t, Config{Image: "img", ImageArchive: archive})
+	gomock.InOrder(
+		x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"image", "exists", "img"}})).
+			Return(&exec.Result{}, nil),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: testID + "\n"}, nil),
+	)
+	require.NoError(t, present.Create(context.Background()), "a present image is not loaded again")
+
+	gone, x := newMock(t, Config{Image: "img", ImageArchive: filepath.Join(t.TempDir(), "none.tar")})
+	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{ExitCode: 1}, nil)
+	assert.ErrorIs(t, gone.Create(context.Background()), ErrInvalidConfig, "a missing archive names itself")
+}

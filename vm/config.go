@@ -94,6 +94,12 @@ type Config struct {
 	Labels map[string]string
 	// Pull is the image pull policy; empty means PullMissing.
 	Pull PullPolicy
+	// ImageArchive, if set, is an image archive on the caller's machine
+	// (as `podman save` writes it) that holds Image. Create loads it
+	// instead of pulling from a registry: when Image is missing, or every
+	// time with PullAlways. PullNever forbids registries, not the archive.
+	// It works with remote services too: the archive is uploaded.
+	ImageArchive string
 }
 
 var (
@@ -139,6 +145,8 @@ func (c Config) Validate() error {
 		return bad("cpus %v: want 0 (no limit) up to %d", c.CPUs, maxCPUs)
 	case c.Pids < 0 || c.Pids > maxPids:
 		return bad("pids %d: want 0 (default %d) up to %d", c.Pids, DefaultPids, maxPids)
+	case strings.IndexByte(c.ImageArchive, 0) >= 0:
+		return bad("NUL byte in image archive path %q", c.ImageArchive)
 	}
 	switch c.Pull {
 	case "", PullMissing, PullNever, PullAlways:

@@ -238,3 +238,36 @@ func TestSandboxHelper(t *testing.T) {
 		assert.True(t, skipped)
 	}
 }
+
+// An image missing from the service is loaded from Config.ImageArchive, by
+// both backends, without a registry.
+func TestImageArchive(t *testing.T) {
+	env := podmantest.Need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
+		t.Run(string(backend), func(t *testing.T) {
+			ref := fmt.Sprintf("localhost/podvm-archive-test:%s-%d", backend, time.Now().UnixNano())
+			podman(ctx, t, env, "tag", env.Image, ref)
+			podman(ctx, t, env, "save", "-q", "-o", archive, ref)
+			podman(ctx, t, env, "rmi", ref)
+			t.Cleanup(func() { podman(context.Background(), t, env, "rmi", "-i", ref) })
+
+			cfg := vm.Config{Image: ref, Pull: vm.PullNever, ImageArchive: archive}
+			v, err := vm.New(ctx, cfg, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
+			require.NoError(t, err)
+			require.NoError(t, v.Create(ctx))
+			defer v.Remove(context.Background())
+			res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"loaded"}})
+			require.NoError(t, err)
+			assert.Equal(t, "loaded\n", res.Stdout)
+
+			cfg.Image = ref + "-absent"
+			missing, err := vm.New(ctx, cfg, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
+			require.NoError(t, err)
+			assert.ErrorIs(t, missing.Create(ctx), vm.ErrImageNotFound, "the archive does not hold that image")
+			require.NoError(t, missing.Remove(ctx))
+		})
+	}
+}
