@@ -1,0 +1,444 @@
+// Command bench compares podvm with what its users would otherwise use, in
+// one run on one Podman service and one image, and prints the result as
+// markdown tables: exec round trips, sandbox lifecycles, stdout
+// throughput, memory while output streams, and concurrency, with the
+// ratios podvm sets itself as targets.
+//
+// The alternatives are the podman CLI run as a process (`podman --url
+// URL ...`), Podman's own Go bindings (pkg/bindings/containers), and the
+// OCI runtime itself (`runc exec`, the floor). Within each comparison they
+// run round-robin after a warm-up, so that machine noise hits all alike.
+//
+// It needs CONTAINER_HOST (a Podman API socket on this machine) and uses
+// PODVM_TEST_IMAGE (default localhost/podvm-test:latest). BENCH_QUICK=1
+// (or -quick) makes a short smoke run; BENCH_ONLY=exec,stream (or -only)
+// runs only some comparisons. A comparison stops adding rounds after a
+// time budget, so a loaded machine yields fewer samples, not a longer
+// run; the header gives the load average. Every container it makes
+// carries io.podvm.managed=true and a label of this run, and is removed
+// at the end, on failure or on Ctrl-C.
+//
+// It lives in its own module because pkg/bindings/containers needs the
+// build tags "remote containers_image_openpgp exclude_graphdriver_btrfs";
+// the podvm module itself builds with none.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/podvm/podvm/vm"
+)
+
+// labelRun marks every container of one bench run, so the end of the run
+// removes exactly those.
+const labelRun = "io.podvm.bench.run"
+
+// sizes is how much each comparison does.
+type sizes struct {
+	warm        int           // untimed rounds before each comparison
+	exec        int           // timed exec round trips per alternative
+	lifecycle   int           // timed lifecycles per alternative
+	stream      int           // timed streams per alternative
+	streamBytes int64         // bytes per stream
+	memBytes    int64         // bytes streamed through the capture: the target is per GiB
+	budget      time.Duration // time after which a comparison stops adding rounds
+	window      time.Duration // per concurrency measurement
+	callers     []int
+}
+
+var (
+	full  = sizes{warm: 3, exec: 40, lifecycle: 10, stream: 5, streamBytes: 256 << 20, memBytes: 1 << 30, budget: 45 * time.Second, window: 3 * time.Second, callers: []int{1, 4, 16}}
+	quick = sizes{warm: 1, exec: 8, lifecycle: 2, stream: 1, streamBytes: 64 << 20, memBytes: 256 << 20, budget: 10 * time.Second, window: time.Second / 2, callers: []int{1, 4, 16}}
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	q := flag.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "a short smoke run (also BENCH_QUICK=1)")
+	only := flag.String("only", os.Getenv("BENCH_ONLY"), "run only these comparisons, comma-separated: "+strings.Join(sectionNames, ",")+" (also BENCH_ONLY)")
+	flag.Parse()
+	sections, err := pickSections(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	sz := full
+	if *q {
+		sz = quick
+	}
+	host := os.Getenv("CONTAINER_HOST")
+	if host == "" {
+		fmt.Fprintln(os.Stderr, `bench: CONTAINER_HOST is not set: run eval "$(scripts/podman-up.sh)" first`)
+		return 2
+	}
+	image := os.Getenv("PODVM_TEST_IMAGE")
+	if image == "" {
+		image = "localhost/podvm-test:latest"
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var tok [6]byte
+	_, _ = rand.Read(tok[:])
+	token := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(tok[:])
+	b := &bench{
+		sz:    sz,
+		quick: *q,
+		host:  host,
+		image: image,
+		token: token,
+		p: &podman{bin: podmanBin(), url: host, labels: map[string]string{
+			vm.LabelManaged:  "true",
+			vm.LabelOwnerPID: strconv.Itoa(os.Getpid()),
+			labelRun:         token,
+		}},
+	}
+	b.cfg = vm.Config{Image: image, Labels: map[string]string{labelRun: token}}
+
+	err = b.run(ctx, sections)
+	cleanupErr := b.cleanup()
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(os.Stderr, "bench: interrupted; its containers are removed")
+		return 130
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 1
+	}
+	b.report(os.Stdout)
+	if cleanupErr != nil {
+		fmt.Fprintln(os.Stderr, "bench: cleanup:", cleanupErr)
+		return 1
+	}
+	return 0
+}
+
+// podmanBin is $PODMAN, else podman.
+func podmanBin() string {
+	if p := os.Getenv("PODMAN"); p != "" {
+		return p
+	}
+	return "podman"
+}
+
+// bench holds one run: its setup, its sandboxes and its results.
+type bench struct {
+	sz                 sizes
+	quick              bool
+	host, image, token string
+	cfg                vm.Config
+	p                  *podman
+
+	base    string            // the sandbox the non-podvm alternatives exec in
+	bind    *podmanBindings   // one shared connection
+	runtime *runc             // nil when the runtime cannot be reached
+	rtErr   error             // why
+	vms     map[string]vm.VM  // one running sandbox per podvm backend
+	vmErr   map[string]string // backends that could not make one
+
+	env     environment
+	started time.Time
+
+	execRes, lifeRes, streamRes []*series
+	mem                         []memRow
+	conc                        []concRow
+	leaks                       []string
+}
+
+type memRow struct {
+	name string
+	g    growth
+	skip string
+}
+
+type concRow struct {
+	name  string
+	rates []rate
+	skip  string
+}
+
+// sectionNames name the comparisons, in the order they run.
+var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency"}
+
+// pickSections parses -only; empty means every comparison.
+func pickSections(only string) (map[string]bool, error) {
+	pick := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "":
+		case slices.Contains(sectionNames, s):
+			pick[s] = true
+		default:
+			return nil, fmt.Errorf("-only %q: no comparison %q; there are %s", only, s, strings.Join(sectionNames, ", "))
+		}
+	}
+	if len(pick) == 0 {
+		for _, s := range sectionNames {
+			pick[s] = true
+		}
+	}
+	return pick, nil
+}
+
+func (b *bench) run(ctx context.Context, sections map[string]bool) error {
+	b.started = time.Now()
+	var err error
+	if b.env, err = probeEnvironment(ctx, b.p); err != nil {
+		return err
+	}
+	progress("setting up")
+	if b.base, err = b.p.start(ctx, b.image); err != nil {
+		return fmt.Errorf("starting the reference sandbox: %w", err)
+	}
+	if b.bind, err = connectBindings(ctx, b.host, b.p.labels); err != nil {
+		return err
+	}
+	b.runtime, b.rtErr = findRuntime(ctx, b.p, b.base)
+	b.vms, b.vmErr = map[string]vm.VM{}, map[string]string{}
+	for _, be := range backends {
+		v, err := be.new(ctx, b.host, b.cfg)
+		if err == nil {
+			b.vms[be.name] = v // Remove is safe after a failed Create
+			err = v.Create(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.vmErr[be.name] = "failed: " + oneLine(err)
+		}
+	}
+
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency}
+	for i, step := range steps {
+		if !sections[sectionNames[i]] {
+			continue
+		}
+		if err := step(ctx); err != nil {
+			return err
+		}
+		if err := b.checkSandboxes(ctx); err != nil {
+			return err
+		}
+	}
+	b.env.loadEnd = loadAverage()
+	return nil
+}
+
+// checkSandboxes fails when a sandbox the run relies on is gone: results
+// measured against a missing container are errors, not timings.
+func (b *bench) checkSandboxes(ctx context.Context) error {
+	ids := map[string]string{"the reference sandbox": b.base}
+	for name, v := range b.vms {
+		if _, bad := b.vmErr[name]; !bad {
+			ids[name+"'s sandbox"] = v.ID()
+		}
+	}
+	for what, id := range ids {
+		ok, err := b.p.exists(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%s (%.12s) was removed behind the bench's back: is another process running scripts/podman-clean.sh or check-leaks.sh?", what, id)
+		}
+	}
+	return nil
+}
+
+// vmAlt is the alternative of backend be built by mk from its sandbox, or
+// a skipped one saying why there is none.
+func (b *bench) vmAlt(be backend, mk func(vm.VM) op) alt {
+	if why, bad := b.vmErr[be.name]; bad {
+		return alt{name: be.name, skip: why}
+	}
+	return alt{name: be.name, op: mk(b.vms[be.name])}
+}
+
+func (b *bench) runcAlt(name string, mk func(*runc) op) alt {
+	if b.runtime == nil {
+		return alt{name: name, skip: "unavailable: " + oneLine(b.rtErr)}
+	}
+	return alt{name: name, op: mk(b.runtime)}
+}
+
+func (b *bench) execRoundTrips(ctx context.Context) error {
+	var alts []alt
+	for _, be := range backends {
+		alts = append(alts, b.vmAlt(be, vmRoundTrip))
+	}
+	alts = append(alts,
+		alt{name: nameCLIExec, op: b.p.execRoundTrip(b.base)},
+		alt{name: nameBindings, op: b.bind.execRoundTrip(b.base)},
+		b.runcAlt(nameRunc, func(r *runc) op { return r.execRoundTrip(b.base) }),
+	)
+	// Count what each alternative leaves open: the calls run one at a
+	// time, so the difference around a call is that call's.
+	held := make([]leak, len(alts))
+	for i := range alts {
+		if o := alts[i].op; o != nil {
+			alts[i].op = held[i].track(o)
+		}
+	}
+	var err error
+	b.execRes, err = measure(ctx, "exec round trip", alts, b.sz.warm, b.sz.exec, b.sz.budget)
+	for i, a := range alts {
+		if s := held[i].String(); s != "" {
+			b.leaks = append(b.leaks, fmt.Sprintf("%s: %s after %d exec round trips", a.name, s, held[i].calls))
+		}
+	}
+	return err
+}
+
+func (b *bench) lifecycles(ctx context.Context) error {
+	var alts []alt
+	for _, be := range backends {
+		alts = append(alts, alt{name: be.name, op: vmLifecycle(be, b.host, b.cfg)})
+	}
+	alts = append(alts,
+		alt{name: nameCLIPair, op: b.p.lifecycle(b.image)},
+		alt{name: nameBindingsLife, op: b.bind.lifecycle(b.image)},
+	)
+	var err error
+	b.lifeRes, err = measure(ctx, "lifecycle", alts, min(b.sz.warm, 1), b.sz.lifecycle, b.sz.budget)
+	return err
+}
+
+func (b *bench) streams(ctx context.Context) error {
+	n := b.sz.streamBytes
+	var alts []alt
+	for _, be := range backends {
+		alts = append(alts, b.vmAlt(be, func(v vm.VM) op { return vmStream(v, n) }))
+	}
+	alts = append(alts,
+		alt{name: nameCLIStream, op: b.p.execStream(b.base, n)},
+		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n, discard)},
+		b.runcAlt(nameRuncStream, func(r *runc) op { return r.execStream(b.base, n) }),
+	)
+	var err error
+	b.streamRes, err = measure(ctx, "stdout throughput", alts, 1, b.sz.stream, b.sz.budget)
+	return err
+}
+
+// memory streams memBytes through each alternative alone, after the
+// earlier comparisons warmed them up.
+func (b *bench) memory(ctx context.Context) error {
+	n := b.sz.memBytes
+	var alts []alt
+	for _, be := range backends {
+		alts = append(alts, b.vmAlt(be, func(v vm.VM) op { return vmStream(v, n) }))
+	}
+	alts = append(alts, alt{name: nameBindingsCapped, op: b.bind.execStream(b.base, n, capped)})
+	for _, a := range alts {
+		progress("memory: %s", a.name)
+		if a.skip != "" {
+			b.mem = append(b.mem, memRow{name: a.name, skip: a.skip})
+			continue
+		}
+		b.mem = append(b.mem, memRow{name: a.name, g: measureGrowth(ctx, a.op)})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	progress("")
+	return nil
+}
+
+func (b *bench) concurrency(ctx context.Context) error {
+	type cAlt struct {
+		name string
+		mk   func() op // one per caller
+		skip string
+	}
+	var alts []cAlt
+	for _, be := range backends {
+		a := b.vmAlt(be, vmRoundTrip)
+		alts = append(alts, cAlt{name: a.name, skip: a.skip, mk: func() op { return a.op }})
+	}
+	alts = append(alts,
+		cAlt{name: nameCLIExec, mk: func() op { return b.p.execRoundTrip(b.base) }},
+		cAlt{name: nameBindingsShared, mk: func() op { return b.bind.execRoundTrip(b.base) }},
+		cAlt{name: nameBindingsOwn, mk: func() op {
+			own, err := connectBindings(ctx, b.host, b.p.labels)
+			if err != nil {
+				return func(context.Context) error { return err }
+			}
+			return own.execRoundTrip(b.base)
+		}},
+	)
+	b.conc = make([]concRow, len(alts))
+	for i, a := range alts {
+		b.conc[i] = concRow{name: a.name, skip: a.skip, rates: make([]rate, len(b.sz.callers))}
+	}
+	for j, callers := range b.sz.callers {
+		for k := range alts {
+			i := (j + k) % len(alts)
+			if alts[i].skip != "" {
+				continue
+			}
+			progress("concurrency: %d callers: %s", callers, alts[i].name)
+			b.conc[i].rates[j] = hammerEach(ctx, alts[i].mk, callers, b.sz.window)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	progress("")
+	return nil
+}
+
+// cleanup removes the podvm sandboxes with their own Remove, then every
+// container of this run that is left, with a context of its own: ctx may
+// be what ended the run.
+func (b *bench) cleanup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errs []error
+	for name, v := range b.vms {
+		if err := v.Remove(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: Remove: %w", name, err))
+		}
+	}
+	if err := b.p.removeLabelled(ctx, labelRun, b.token); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// environment is what the header says about the machine and the service.
+type environment struct {
+	server, api, runtime, kernel, cpu, mem, goVersion string
+	loadStart, loadEnd                                string // 1-minute load averages
+	cpus                                              int
+}
+
+func probeEnvironment(ctx context.Context, p *podman) (environment, error) {
+	var e environment
+	v, err := p.output(ctx, "version", "--format", "{{.Server.Version}}\t{{.Server.APIVersion}}")
+	if err != nil {
+		return e, fmt.Errorf("is the Podman service at %s up? %w", p.url, err)
+	}
+	e.server, e.api, _ = strings.Cut(v, "\t")
+	if rt, err := p.output(ctx, "info", "--format", "{{.Host.OCIRuntime.Version}}"); err == nil {
+		e.runtime, _, _ = strings.Cut(rt, "\n")
+	}
+	e.fillMachine()
+	e.loadStart = loadAverage()
+	return e, nil
+}

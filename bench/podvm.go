@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+)
+
+// A backend is one of podvm's ways of making a sandbox.
+type backend struct {
+	name string // as shown in the tables: "podvm APIVM"
+	new  func(ctx context.Context, host string, cfg vm.Config) (vm.VM, error)
+}
+
+// backends are podvm's, in table order; podvm_backends.go registers them.
+var backends []backend
+
+// roundTripCommand is roundTripArgv as an exec.Command.
+var roundTripCommand = exec.Command{Name: roundTripArgv[0], Args: roundTripArgv[1:]}
+
+// vmRoundTrip runs the round trip with v.Run; the output is in the
+// Result's capture.
+func vmRoundTrip(v vm.VM) op {
+	return func(ctx context.Context) error {
+		res, err := v.Run(ctx, roundTripCommand)
+		if err != nil {
+			return err
+		}
+		return checkRoundTrip(res.Stdout, res.Stderr, res.ExitCode)
+	}
+}
+
+// vmStream streams n bytes through v.Run into its capped capture
+// (exec.DefaultMaxOutputBytes), with no live writer.
+func vmStream(v vm.VM, n int64) op {
+	argv := streamArgv(n)
+	cmd := exec.Command{Name: argv[0], Args: argv[1:]}
+	return func(ctx context.Context) error {
+		res, err := v.Run(ctx, cmd)
+		switch {
+		case err != nil:
+			return err
+		case res.ExitCode != 0 || res.StdoutBytes != n:
+			return fmt.Errorf("streamed %d bytes, exit %d, want %d bytes, exit 0: %s", res.StdoutBytes, res.ExitCode, n, res.Stderr)
+		}
+		return nil
+	}
+}
+
+// vmLifecycle makes a VM, creates it, runs the round trip and removes it.
+func vmLifecycle(b backend, host string, cfg vm.Config) op {
+	return func(ctx context.Context) error {
+		v, err := b.new(ctx, host, cfg)
+		if err != nil {
+			return err
+		}
+		err = v.Create(ctx)
+		if err == nil {
+			err = vmRoundTrip(v)(ctx)
+		}
+		rctx, cancel := removeContext(ctx)
+		defer cancel()
+		return errors.Join(err, v.Remove(rctx))
+	}
+}

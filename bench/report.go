@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/capture"
+)
+
+// Row names of the alternatives that are not podvm.
+const (
+	nameCLIExec        = "`podman exec` (a process)"
+	nameBindings       = "bindings: ExecCreate + ExecStartAndAttach + ExecInspect"
+	nameRunc           = "`runc exec` (the floor)"
+	nameCLIPair        = "`podman run -d` + `podman exec` + `podman rm -f -t 0`"
+	nameBindingsLife   = "bindings: CreateWithSpec + Start + exec + Remove"
+	nameCLIStream      = "`podman exec … > /dev/null`"
+	nameBindingsStream = "bindings, counted and discarded"
+	nameRuncStream     = "`runc exec … > /dev/null` (the floor)"
+	nameBindingsCapped = "bindings into a 1 MiB capped buffer"
+	nameBindingsShared = "bindings, one shared connection"
+	nameBindingsOwn    = "bindings, one connection per caller"
+	nameAPIVM          = "podvm APIVM"
+	nameCLIVM          = "podvm CLIVM"
+)
+
+// Writers for the bindings' streams.
+func discard() io.Writer { return io.Discard }
+func capped() io.Writer  { return capture.New(exec.DefaultMaxOutputBytes) }
+
+// leak counts what calls left open: file descriptors and goroutines.
+type leak struct{ calls, fds, goroutines int }
+
+func (l *leak) track(o op) op {
+	return func(ctx context.Context) error {
+		f0, g0 := openFDs(), runtime.NumGoroutine()
+		err := o(ctx)
+		l.calls++
+		l.fds += openFDs() - f0
+		l.goroutines += runtime.NumGoroutine() - g0
+		return err
+	}
+}
+
+// String describes a leak, "" when the descriptors stay within what a
+// connection pool keeps. Goroutines are only reported: other
+// alternatives' idle connections start and end theirs at any time.
+func (l *leak) String() string {
+	if l.fds < 4 {
+		return ""
+	}
+	return fmt.Sprintf("+%d open file descriptors, +%d goroutines", l.fds, l.goroutines)
+}
+
+func openFDs() int {
+	d, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(d)
+}
+
+func (e *environment) fillMachine() {
+	e.cpus = runtime.NumCPU()
+	e.goVersion = runtime.Version()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		e.kernel = strings.TrimSpace(string(b))
+	}
+	e.cpu = procField("/proc/cpuinfo", "model name")
+	if m := procField("/proc/meminfo", "MemTotal"); m != "" {
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(m, " kB"), 10, 64)
+		e.mem = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+	}
+}
+
+// loadAverage is the 1-minute load average, "" if unknown.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// procField is the value of the first "key: value" line of a /proc file.
+func procField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func find(ss []*series, name string) *series {
+	for _, s := range ss {
+		if s.name == name && s.ok() {
+			return s
+		}
+	}
+	return nil
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// mibps is the throughput of n bytes in d.
+func mibps(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / (1 << 20) / d.Seconds()
+}
+
+// report writes the tables of the comparisons that ran as markdown.
+func (b *bench) report(w io.Writer) {
+	e := b.env
+	mode := "`make bench`"
+	if b.quick {
+		mode = "`BENCH_QUICK=1 make bench` (a smoke run: few samples)"
+	}
+	fmt.Fprintf(w, "### podvm benchmark, %s\n\n", b.started.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(w, "Podman %s server (API %s, %s) over %s; image `%s`; Linux %s, %d CPUs (%s), %s RAM; %s; %s, %s in all. ",
+		e.server, e.api, e.runtime, scheme(b.host), b.image, e.kernel, e.cpus, e.cpu, e.mem, e.goVersion, mode,
+		time.Since(b.started).Round(time.Second))
+	fmt.Fprintf(w, "Load average %s at the start, %s at the end. The alternatives run round-robin after %d warm-up round(s); p50 and p90 by nearest rank.\n",
+		e.loadStart, e.loadEnd, b.sz.warm)
+	if len(b.execRes) > 0 {
+		b.reportExec(w)
+	}
+	if len(b.lifeRes) > 0 {
+		b.reportLifecycle(w)
+	}
+	if len(b.streamRes) > 0 {
+		b.reportStream(w)
+	}
+	if len(b.mem) > 0 {
+		b.reportMemory(w)
+	}
+	if len(b.conc) > 0 {
+		b.reportConcurrency(w)
+	}
+	b.reportTargets(w)
+	b.reportNotes(w)
+}
+
+func (b *bench) reportExec(w io.Writer) {
+	fmt.Fprintf(w, "\n**Exec round trip** of `%s` in one running sandbox, %s\n\n", shellLine(roundTripArgv), runs(b.execRes))
+	floor := find(b.execRes, nameRunc)
+	fmt.Fprintln(w, "| how | p50 | p90 | p50 vs runc | failures |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
+	for _, s := range b.execRes {
+		fmt.Fprintln(w, row(s, floor))
+	}
+}
+
+func (b *bench) reportLifecycle(w io.Writer) {
+	fmt.Fprintf(w, "\n**Sandbox lifecycle**: create, start, the round trip, remove; %s\n\n", runs(b.lifeRes))
+	pair := find(b.lifeRes, nameCLIPair)
+	fmt.Fprintln(w, "| how | p50 | p90 | p50 vs CLI | failures |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
+	for _, s := range b.lifeRes {
+		fmt.Fprintln(w, row(s, pair))
+	}
+}
+
+func (b *bench) reportStream(w io.Writer) {
+	n := b.sz.streamBytes
+	fmt.Fprintf(w, "\n**Stdout throughput** of %s: `%s`, %s; podvm keeps its default 1 MiB capture\n\n", mib(n), shellLine(streamArgv(n)), runs(b.streamRes))
+	cli := find(b.streamRes, nameCLIStream)
+	fmt.Fprintln(w, "| how | p50 | p90 | MiB/s at p50 | vs CLI | failures |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
+	for _, s := range b.streamRes {
+		if !s.ok() {
+			fmt.Fprintf(w, "| %s | %s | | | | %s |\n", s.name, skipped(s), failures(s))
+			continue
+		}
+		vs := "–"
+		if cli != nil {
+			vs = ratio(float64(cli.p50()), float64(s.p50()))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s |\n", s.name, ms(s.p50()), ms(s.p90()), mibps(n, s.p50()), vs, failures(s))
+	}
+}
+
+func (b *bench) reportMemory(w io.Writer) {
+	fmt.Fprintf(w, "\n**Memory**: growth of this process while %s streams through a 1 MiB capped capture, one run each\n\n", mib(b.sz.memBytes))
+	fmt.Fprintln(w, "| how | peak RSS growth | peak heap growth | allocated |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|")
+	for _, r := range b.mem {
+		switch {
+		case r.skip != "":
+			fmt.Fprintf(w, "| %s | %s | | |\n", r.name, r.skip)
+		case r.g.err != nil:
+			fmt.Fprintf(w, "| %s | failed: %s | | |\n", r.name, oneLine(r.g.err))
+		default:
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.name, mib(r.g.rss), mib(r.g.heap), mib(int64(r.g.alloc)))
+		}
+	}
+}
+
+func (b *bench) reportConcurrency(w io.Writer) {
+	fmt.Fprintf(w, "\n**Concurrency**: exec round trips per second, the callers sharing one sandbox, %v per measure\n\n", b.sz.window)
+	fmt.Fprint(w, "| how |")
+	for _, c := range b.sz.callers {
+		fmt.Fprintf(w, " %d caller%s |", c, plural(c))
+	}
+	fmt.Fprint(w, " failures |\n|---|")
+	for range b.sz.callers {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w, "---|")
+	for _, r := range b.conc {
+		if r.skip != "" {
+			fmt.Fprintf(w, "| %s |%s %s |\n", r.name, strings.Repeat(" |", len(b.sz.callers)), r.skip)
+			continue
+		}
+		fmt.Fprintf(w, "| %s |", r.name)
+		var fails []string
+		for i, rt := range r.rates {
+			fmt.Fprintf(w, " %.1f |", rt.perSecond())
+			if rt.fails > 0 {
+				fails = append(fails, fmt.Sprintf("%d of %d with %d: %s", rt.fails, rt.fails+rt.ops, b.sz.callers[i], oneLine(rt.err)))
+			}
+		}
+		fmt.Fprintf(w, " %s |\n", orNone(strings.Join(fails, "; ")))
+	}
+}
+
+func (b *bench) reportNotes(w io.Writer) {
+	var notes []string
+	if b.runtime != nil {
+		notes = append(notes, fmt.Sprintf("The floor is `%s --root %s exec` on the sandbox Podman made: no API, no conmon, no exec session.", b.runtime.bin, b.runtime.root))
+	}
+	notes = append(notes, "Podman 4.x keeps each exec session's conmon for 300 s (`--exit-delay 300`): a run leaves hundreds of them behind for five minutes, for every alternative alike but the floor.")
+	for _, l := range b.leaks {
+		notes = append(notes, "Left open: "+l+".")
+	}
+	for _, ss := range [][]*series{b.execRes, b.lifeRes, b.streamRes} {
+		for _, s := range ss {
+			if s.fails > 0 {
+				notes = append(notes, fmt.Sprintf("%s failed %d time(s), first: %s", s.name, s.fails, oneLine(s.err)))
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	for _, n := range notes {
+		fmt.Fprintln(w, "- "+n)
+	}
+}
+
+// runs says how many timed runs each alternative had: "40 runs each".
+func runs(ss []*series) string {
+	n := 0
+	for _, s := range ss {
+		n = max(n, len(s.d)+s.fails)
+	}
+	return fmt.Sprintf("%d run%s each", n, plural(n))
+}
+
+func (b *bench) reportTargets(w io.Writer) {
+	type target struct {
+		what     string
+		measured string
+		pass     bool
+		have     bool
+		bound    string
+	}
+	var ts []target
+	p50ratio := func(what string, ss []*series, a, bName string, limit float64, bound func(x, y *series) string) {
+		t := target{what: what}
+		x, y := find(ss, a), find(ss, bName)
+		if x != nil && y != nil {
+			r := float64(x.p50()) / float64(y.p50())
+			t.have, t.pass = true, r <= limit
+			t.measured = fmt.Sprintf("%.2f× (%s vs %s)", r, ms(x.p50()), ms(y.p50()))
+			if !t.pass {
+				t.bound = bound(x, y)
+			}
+		}
+		ts = append(ts, t)
+	}
+	floor := find(b.execRes, nameRunc)
+	floorNote := func(x, _ *series) string {
+		if floor == nil {
+			return "the service's exec path"
+		}
+		return fmt.Sprintf("the service's exec path: runc alone takes %s of the %s", ms(floor.p50()), ms(x.p50()))
+	}
+	p50ratio("APIVM exec p50 ≤ 0.9× the bindings'", b.execRes, nameAPIVM, nameBindings, 0.9, floorNote)
+	p50ratio("APIVM exec p50 ≤ 0.6× `podman exec`'s", b.execRes, nameAPIVM, nameCLIExec, 0.6, floorNote)
+	p50ratio("CLIVM exec p50 ≤ 1.1× `podman exec`'s", b.execRes, nameCLIVM, nameCLIExec, 1.1, func(x, y *series) string {
+		return fmt.Sprintf("`podman exec` itself: CLIVM runs one per Run, and adds %s for the capture and podvm's marker variable", ms(x.p50()-y.p50()))
+	})
+	p50ratio("APIVM lifecycle p50 ≤ 0.6× the CLI's", b.lifeRes, nameAPIVM, nameCLIPair, 0.6, func(x, _ *series) string {
+		if bl := find(b.lifeRes, nameBindingsLife); bl != nil {
+			return fmt.Sprintf("creating and starting the container in the service: Podman's own bindings take %s for the same", ms(bl.p50()))
+		}
+		return "creating and starting the container in the service"
+	})
+	for _, name := range []string{nameAPIVM, nameCLIVM} {
+		t := target{what: strings.TrimPrefix(name, "podvm ") + " throughput ≥ `podman exec … > /dev/null`'s"}
+		x, y := find(b.streamRes, name), find(b.streamRes, nameCLIStream)
+		if x != nil && y != nil {
+			n := b.sz.streamBytes
+			t.have, t.pass = true, x.p50() <= y.p50()
+			t.measured = fmt.Sprintf("%.0f vs %.0f MiB/s", mibps(n, x.p50()), mibps(n, y.p50()))
+			if !t.pass {
+				t.bound = "Podman's stream path (conmon, then the service), which the CLI row hands to /dev/null inside the kernel while podvm copies every byte into this process"
+				if f := find(b.streamRes, nameRuncStream); f != nil {
+					t.bound += fmt.Sprintf("; runc alone does %.0f MiB/s", mibps(n, f.p50()))
+				}
+			}
+		}
+		ts = append(ts, t)
+	}
+	for _, r := range b.mem {
+		if r.name != nameAPIVM && r.name != nameCLIVM {
+			continue
+		}
+		t := target{what: strings.TrimPrefix(r.name, "podvm ") + " memory growth < 16 MiB per GiB streamed"}
+		if r.skip == "" && r.g.err == nil {
+			t.have, t.pass = true, r.g.rss < 16<<20
+			t.measured = fmt.Sprintf("%s with %s streamed", mib(r.g.rss), mib(b.sz.memBytes))
+			if !t.pass {
+				t.bound = fmt.Sprintf("what the process holds while streaming: peak heap growth %s, %s allocated", mib(r.g.heap), mib(int64(r.g.alloc)))
+			}
+		}
+		ts = append(ts, t)
+	}
+
+	fmt.Fprintln(w, "\n**Targets**\n\n| target | measured | result |\n|---|---|---|")
+	for _, t := range ts {
+		switch {
+		case !t.have:
+			fmt.Fprintf(w, "| %s | not measured | – |\n", t.what)
+		case t.pass:
+			fmt.Fprintf(w, "| %s | %s | pass |\n", t.what, t.measured)
+		default:
+			fmt.Fprintf(w, "| %s | %s | **miss**, bounded by %s |\n", t.what, t.measured, t.bound)
+		}
+	}
+}
+
+// row is a table row of a series: name, p50, p90, p50 over base's p50,
+// failures.
+func row(s, base *series) string {
+	if !s.ok() {
+		return fmt.Sprintf("| %s | %s | | | %s |", s.name, skipped(s), failures(s))
+	}
+	vs := "–"
+	if base != nil {
+		vs = ratio(float64(s.p50()), float64(base.p50()))
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s | %s |", s.name, ms(s.p50()), ms(s.p90()), vs, failures(s))
+}
+
+func skipped(s *series) string {
+	if s.skip != "" {
+		return s.skip
+	}
+	return "every run failed"
+}
+
+func failures(s *series) string {
+	if s.fails == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d: %s", s.fails, oneLine(s.err))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// scheme names the kind of connection, not the path: "a unix socket".
+func scheme(uri string) string {
+	s, _, _ := strings.Cut(uri, "://")
+	switch s {
+	case "unix":
+		return "a unix socket"
+	case "tcp":
+		return "TCP"
+	case "ssh":
+		return "SSH"
+	}
+	return s
+}
+
+// shellLine shows argv as a shell would take it, for the captions.
+func shellLine(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if strings.ContainsAny(a, " ;>&'$") {
+			a = "'" + a + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}
