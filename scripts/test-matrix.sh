@@ -50,7 +50,16 @@ run() (
 	version=$(curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
 		grep -o '"Version":"[^"]*"' | head -n 1 | cut -d'"' -f4)
 	echo "$version" >"$OUT/$server.version"
-	podvm_containers() { "$cli" --url "$CONTAINER_HOST" ps -aq --no-trunc --filter label=io.podvm.managed | sort; }
+	# podvm's containers whose owner process has ended: a live owner's
+	# (a demo, a benchmark beside this run) are not this run's leaks.
+	podvm_containers() {
+		"$cli" --url "$CONTAINER_HOST" ps -a --no-trunc --filter label=io.podvm.managed \
+			--format '{{.ID}} {{index .Labels "io.podvm.owner.pid"}}' |
+			while read -r id pid; do
+				case $pid in '' | *[!0-9]*) ;; *) kill -0 "$pid" 2>/dev/null && continue ;; esac
+				echo "$id"
+			done | sort
+	}
 	podvm_containers >"$OUT/$server.before"
 	log "$server (Podman $version): go test, output in $OUT/$server.log"
 	start=$(date +%s)
