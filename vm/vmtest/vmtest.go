@@ -115,6 +115,8 @@ func RunParity(t *testing.T, backends map[string]NewVM) {
 				}()
 			}
 			wg.Wait()
+			// The comparison's own row, beside each backend's.
+			defer func() { writeRecord("parity", c.Name, testOutcome(t)) }()
 			var first string
 			for name := range backends {
 				if seen[name] == nil {
@@ -232,27 +234,34 @@ func skipIfNotSupported(t *testing.T, err error) {
 // record appends "backend<TAB>case<TAB>outcome" to the file named by
 // PODVM_CONFORMANCE_LOG, from which `make test` prints its table.
 func record(t *testing.T, c Case) {
-	path := os.Getenv("PODVM_CONFORMANCE_LOG")
-	if path == "" {
-		return
-	}
-	outcome := "pass"
-	switch {
-	case t.Failed():
-		outcome = "FAIL"
-	case t.Skipped():
-		outcome = "skip"
-	}
 	// The backend is the top-level test's name, or the parity subtest's.
 	parts := strings.Split(t.Name(), "/")
 	backend := strings.TrimPrefix(parts[0], "TestConformance")
 	if parts[0] == "TestParity" {
 		backend = "parity:" + parts[len(parts)-1]
 	}
+	writeRecord(backend, c.Name, testOutcome(t))
+}
+
+func testOutcome(t *testing.T) string {
+	switch {
+	case t.Failed():
+		return "FAIL"
+	case t.Skipped():
+		return "skip"
+	}
+	return "pass"
+}
+
+func writeRecord(backend, name, outcome string) {
+	path := os.Getenv("PODVM_CONFORMANCE_LOG")
+	if path == "" {
+		return
+	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "%s\t%s\t%s\n", backend, c.Name, outcome)
+	fmt.Fprintf(f, "%s\t%s\t%s\n", backend, name, outcome)
 }
