@@ -54,4 +54,7 @@ type VM interface {
 	ID() string
 }
 
+// Every VM is an exec.Executor.
+var _ exec.Executor = VM(nil)
+
 //go:generate go tool mockgen -destination vmmock/vmmock.go -package vmmock -typed . VM
