@@ -102,7 +102,7 @@ func (v *APIVM) Create(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch {
-	case v.st.removed:
+	case v.st.isRemoved():
 		return ErrRemoved
 	case v.created:
 		return ErrAlreadyCreated
@@ -115,9 +115,7 @@ func (v *APIVM) Create(ctx context.Context) error {
 	id, err := v.c.ContainerCreate(ctx, v.spec())
 	if err == nil {
 		if err = v.c.ContainerStart(ctx, id); err == nil {
-			v.st.mu.Lock()
-			v.st.id = id
-			v.st.mu.Unlock()
+			v.st.setID(id)
 			return nil
 		}
 	}
@@ -594,9 +592,7 @@ func (v *APIVM) CopyOut(ctx context.Context, path string, w io.Writer) error {
 func (v *APIVM) Remove(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.st.mu.Lock()
-	v.st.removed = true
-	v.st.mu.Unlock()
+	v.st.markRemoved()
 	if !v.created || v.gone {
 		return nil
 	}

@@ -118,7 +118,7 @@ func (v *CLIVM) Create(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch {
-	case v.st.removed:
+	case v.st.isRemoved():
 		return ErrRemoved
 	case v.created:
 		return ErrAlreadyCreated
@@ -139,9 +139,7 @@ func (v *CLIVM) Create(ctx context.Context) error {
 	case !isContainerID(strings.TrimSpace(res.Stdout)):
 		err = fmt.Errorf("%w: podman run printed %q, not a container ID", ErrPodman, res.Stdout)
 	default:
-		v.st.mu.Lock()
-		v.st.id = strings.TrimSpace(res.Stdout)
-		v.st.mu.Unlock()
+		v.st.setID(strings.TrimSpace(res.Stdout))
 		return nil
 	}
 	if errors.Is(err, ErrUnavailable) {
@@ -424,9 +422,7 @@ func (e *errReader) Read(p []byte) (int, error) {
 func (v *CLIVM) Remove(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.st.mu.Lock()
-	v.st.removed = true
-	v.st.mu.Unlock()
+	v.st.markRemoved()
 	if !v.created || v.gone {
 		return nil
 	}

@@ -135,6 +135,27 @@ func (s *state) container() (string, error) {
 	return s.id, nil
 }
 
+// setID records the container once Create succeeded.
+func (s *state) setID(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.id = id
+}
+
+// markRemoved makes every later use fail with ErrRemoved.
+func (s *state) markRemoved() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removed = true
+}
+
+// isRemoved reports whether markRemoved was called.
+func (s *state) isRemoved() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.removed
+}
+
 // ID returns the container ID, "" before Create.
 func (s *state) ID() string {
 	s.mu.RLock()
