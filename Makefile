@@ -11,10 +11,33 @@ WITH_PODMAN = if env=$$(scripts/podman-up.sh); then eval "$$env"; \
 	elif [ "$$PODVM_REQUIRE_PODMAN" = 1 ]; then echo "podman is required here (CI=true or PODVM_REQUIRE_PODMAN=1)"; exit 1; \
 	else echo "no podman: integration tests will skip"; fi
 
-.PHONY: help test test-matrix fuzz unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down
+.PHONY: help demo test test-matrix fuzz unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+demo: ## compile and run a Go program in a sandbox, through both backends side by side (brings Podman up first)
+	@env=$$(scripts/podman-up.sh) || { echo "make demo needs Podman: see the messages above"; exit 1; }; eval "$$env"; \
+	$(GO) build -o .podvm/demo ./examples/demo && .podvm/demo -warm && .podvm/demo
+
+test: lint check-generate ## every test: unit and integration against a real Podman, then a leak check
+	@$(WITH_PODMAN); set -o pipefail; \
+	export PODVM_CONFORMANCE_LOG=$(CURDIR)/.podvm-conformance.log; rm -f "$$PODVM_CONFORMANCE_LOG"; \
+	$(GO) test -race -count=1 -timeout 15m ./... 2>&1 | tee .podvm-test.log; rc=$$?; \
+	scripts/conformance-table.sh "$$PODVM_CONFORMANCE_LOG" || rc=1; \
+	if command -v podman >/dev/null; then scripts/check-leaks.sh || rc=1; fi; exit $$rc
+
+test-matrix: ## every conformance case on both backends (the parity test) on Podman 4.3 and 5.4, as a compatibility table (root)
+	@scripts/test-matrix.sh
+
+unit: ## unit tests only (integration tests skip without CONTAINER_HOST)
+	env -u CONTAINER_HOST PODVM_REQUIRE_PODMAN= $(GO) test -race -count=1 ./...
+
+lint: ## gofmt, go vet, tag-free builds with and without cgo
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=1 $(GO) build ./...
 
 FUZZTIME ?= 20s
 fuzz: ## run every fuzz target for FUZZTIME each (default 20s); found inputs land in testdata/fuzz
