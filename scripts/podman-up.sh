@@ -149,9 +149,11 @@ if ! ping_ok; then
 	# --time=0: no idle timeout (the default 5 s drops long-lived clients).
 	# setsid detaches it from our session; the inner sh records its own PID,
 	# which exec turns into podman's, whether or not setsid had to fork.
+	# It runs in the state directory: conmon writes files such as "oom"
+	# into its working directory, which it inherits from the service.
 	# shellcheck disable=SC2016 # expanded by the inner sh
-	setsid sh -c 'echo $$ >"$0"; exec podman system service --time=0 "unix://$1"' \
-		"$PIDFILE" "$SOCK" >"$LOG" 2>&1 </dev/null 9>&- &
+	setsid sh -c 'echo $$ >"$0"; cd "$2" && exec podman system service --time=0 "unix://$1"' \
+		"$PIDFILE" "$SOCK" "$STATE" >"$LOG" 2>&1 </dev/null 9>&- &
 	i=0
 	until ping_ok; do
 		i=$((i + 1))
