@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -268,6 +269,36 @@ func TestImageArchive(t *testing.T) {
 			require.NoError(t, err)
 			assert.ErrorIs(t, missing.Create(ctx), vm.ErrImageNotFound, "the archive does not hold that image")
 			require.NoError(t, missing.Remove(ctx))
+		})
+	}
+}
+
+// The API backend reaches a service over TCP as over a unix socket, and
+// the CLI backend through podman's --url.
+func TestTCPService(t *testing.T) {
+	env := podmantest.Need(t)
+	if _, err := osexec.LookPath("podman"); err != nil {
+		t.Skip("needs the podman binary to run a service of its own")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	svc := &service{t: t, uri: fmt.Sprintf("tcp://127.0.0.1:%d", port)}
+	svc.start()
+	t.Cleanup(svc.stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
+		t.Run(string(backend), func(t *testing.T) {
+			v, err := vm.New(ctx, vm.Config{Image: env.Image}, vm.WithURL(svc.uri), vm.WithBackend(backend), vm.WithPodman(env.Podman))
+			require.NoError(t, err)
+			require.NoError(t, v.Create(ctx))
+			defer v.Remove(context.Background())
+			res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"over tcp"}})
+			require.NoError(t, err)
+			assert.Equal(t, "over tcp\n", res.Stdout)
 		})
 	}
 }
