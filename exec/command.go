@@ -50,7 +50,10 @@ type Command struct {
 	// sandbox it is the sandbox's configured environment, never the host's.
 	Env []string
 	// Stdin, if non-nil, is the command's standard input. If nil, the
-	// command reads from an empty input.
+	// command reads from an empty input. Run does not wait for Stdin to
+	// end once the command has exited; a Read still blocked then returns
+	// into a goroutine that ends with it. An error from Stdin, other than
+	// io.EOF, is returned by Run.
 	Stdin io.Reader
 	// Stdout and Stderr, if non-nil, receive the whole of each stream as
 	// it is produced, in addition to the capture in [Result], even when

@@ -90,9 +90,6 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	c := osexec.Command(cmd.Name, cmd.Args...)
 	c.Dir = cmd.Dir
 	c.Env = e.env(cmd.Env)
-	c.Stdin = cmd.Stdin
-	// Stdin is copied by os/exec; a reader that blocks forever must not
-	// hold Wait past the grace.
 	c.WaitDelay = e.grace
 	setProcessGroup(c)
 
@@ -109,6 +106,15 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
 	c.Stdout, c.Stderr = outW, errW
+	in, err := newStdin(cmd.Stdin)
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		outW.Close()
+		errW.Close()
+		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
+	}
+	c.Stdin = in.child
 
 	start := time.Now()
 	err = c.Start()
@@ -117,8 +123,11 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		in.stop()
 		return nil, startError(cmd.Name, err)
 	}
+	in.start()
+	defer in.stop()
 
 	var drained sync.WaitGroup
 	var act activity // so the grace can tell idle pipes from a slow writer
@@ -189,12 +198,91 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	for _, s := range []struct {
 		name string
 		err  error
-	}{{"stdout", stdout.LiveErr()}, {"stderr", stderr.LiveErr()}} {
+	}{{"stdin", in.stop()}, {"stdout writer", stdout.LiveErr()}, {"stderr writer", stderr.LiveErr()}} {
 		if s.err != nil {
-			return res, fmt.Errorf("exec: %s: %s writer: %w", cmd.Name, s.name, s.err)
+			return res, fmt.Errorf("exec: %s: %s: %w", cmd.Name, s.name, s.err)
 		}
 	}
 	return res, nil
+}
+
+// stdin feeds a Command's Stdin to the process. os/exec would copy it
+// itself, but then Wait waits for that copy, and a reader that never
+// returns would hold Run forever; here the copy is ours, and the run stops
+// waiting for it once the process has exited.
+type stdin struct {
+	src    io.Reader
+	child  *os.File // the process's end; nil when src is nil or a file
+	w      *os.File // our end
+	done   chan struct{}
+	err    error // the reader's, not the pipe's; set before done closes
+	closed sync.Once
+}
+
+func newStdin(src io.Reader) (*stdin, error) {
+	in := &stdin{src: src, done: make(chan struct{})}
+	if f, ok := src.(*os.File); ok {
+		in.child = f // the process reads it directly; nothing to copy
+	}
+	if src == nil || in.child != nil {
+		close(in.done)
+		return in, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	in.child, in.w = r, w
+	return in, nil
+}
+
+// start begins the copy, once the process holds its end of the pipe.
+func (in *stdin) start() {
+	if in.w == nil {
+		return
+	}
+	in.child.Close()
+	go func() {
+		w := &pipeWriter{f: in.w}
+		_, err := io.Copy(w, in.src)
+		if err != w.err { // the pipe fails when the process stops reading
+			in.err = err
+		}
+		close(in.done)
+		in.closeW()
+	}()
+}
+
+func (in *stdin) closeW() { in.closed.Do(func() { in.w.Close() }) }
+
+// pipeWriter remembers its error, to tell it from the reader's.
+type pipeWriter struct {
+	f   *os.File
+	err error
+}
+
+func (p *pipeWriter) Write(b []byte) (int, error) {
+	n, err := p.f.Write(b)
+	if err != nil {
+		p.err = err
+	}
+	return n, err
+}
+
+// stop ends the copy: a copy blocked writing to the pipe fails at once; one
+// blocked in the caller's reader is left behind, to return when that reader
+// does. It reports the reader's error when the copy had ended.
+func (in *stdin) stop() error {
+	if in.w == nil {
+		return nil
+	}
+	in.closeW()
+	select {
+	case <-in.done:
+		return in.err
+	default:
+		return nil
+	}
 }
 
 // activity tracks the writes of the drained streams.

@@ -122,6 +122,51 @@ func TestRunStdin(t *testing.T) {
 	})
 }
 
+// A Stdin that never ends, with a command that never reads it, must not
+// hold Run: os/exec's own copy would keep Wait waiting for it forever.
+func TestRunStdinThatNeverEnds(t *testing.T) {
+	t.Parallel()
+	for name, cmd := range map[string]exec.Command{
+		"ignored":       helper("out", "", "", "0"),
+		"read a little": {Name: "head", Args: []string{"-c", "1"}},
+		"timed out":     {Name: "sleep", Args: []string{"60"}, Timeout: 200 * time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r, w := io.Pipe()
+			defer w.Close()
+			go w.Write([]byte("x")) // at most one byte, then silence
+			cmd.Stdin = r
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				host.Run(context.Background(), cmd)
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run is still waiting for a stdin that never ends")
+			}
+		})
+	}
+}
+
+// A Stdin that fails is reported, not mistaken for the end of the input.
+func TestRunStdinReadError(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	cmd := helper("cat")
+	cmd.Stdin = io.MultiReader(strings.NewReader("part"), iotestErrReader{boom})
+	res, err := host.Run(context.Background(), cmd)
+	require.ErrorIs(t, err, boom)
+	require.NotNil(t, res)
+	assert.Equal(t, "part", res.Stdout)
+}
+
+type iotestErrReader struct{ err error }
+
+func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
+
 func TestRunCapKeepsHeadAndTrueTail(t *testing.T) {
 	t.Parallel()
 	cmd := helper("lines", "100000")
