@@ -365,9 +365,9 @@ func (v *APIVM) startSession(ctx context.Context, cid string, ec libpod.ExecConf
 		ss.stdin = make(chan error, 1)
 		go func() {
 			in := &errReader{r: stdin}
-			io.Copy(s, in) // a write error: the process stopped reading
+			io.Copy(s, in)       // a write error: the process stopped reading
+			ss.stdin <- in.Err() // before the process can see the end of its input
 			s.CloseWrite()
-			ss.stdin <- in.err
 		}()
 	}
 	return ss, nil
@@ -440,19 +440,14 @@ func (ss *session) closeAfter(d time.Duration) {
 	ss.close()
 }
 
-// stdinErr is the error reading the command's Stdin. Once the stream is
-// closed the copy ends at once, unless Stdin itself blocks: it is waited
-// for apiStreamGrace at most.
+// stdinErr is the error reading the command's Stdin, if the copy has
+// ended. It does not wait: a copy still blocked in Stdin's Read once the
+// session is over is left to end with that Read.
 func (ss *session) stdinErr() error {
-	if ss.stdin == nil {
-		return nil
-	}
-	t := time.NewTimer(apiStreamGrace)
-	defer t.Stop()
 	select {
-	case err := <-ss.stdin:
+	case err := <-ss.stdin: // never ready when nil
 		return err
-	case <-t.C:
+	default:
 		return nil
 	}
 }
@@ -543,8 +538,8 @@ func (v *APIVM) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	in := &errReader{r: guardTar(r)}
 	err = v.c.ArchivePut(ctx, id, dir, in)
 	switch {
-	case in.err != nil:
-		return fmt.Errorf("vm: copy into %s: %w", dir, in.err)
+	case in.Err() != nil:
+		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
 	case err != nil:
 		return apiError("copy into", dir, err)
 	}

@@ -344,8 +344,8 @@ func (v *CLIVM) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	in := &errReader{r: guardTar(r)}
 	res, err := v.run(ctx, exec.Command{Args: []string{"cp", "-", id + ":" + dir}, Stdin: in, MaxOutputBytes: errCapture})
 	switch {
-	case in.err != nil:
-		return fmt.Errorf("vm: copy into %s: %w", dir, in.err)
+	case in.Err() != nil:
+		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
 	case err != nil:
 		return fmt.Errorf("vm: copy into %s: %w", dir, err)
 	case res.ExitCode != 0:
@@ -399,18 +399,31 @@ func checkPath(op, p string) error {
 	return nil
 }
 
-// errReader keeps the first error of r other than io.EOF.
+// errReader keeps the first error of r other than io.EOF. Its Err may be
+// called while another goroutine reads.
 type errReader struct {
 	r   io.Reader
+	mu  sync.Mutex
 	err error
 }
 
 func (e *errReader) Read(p []byte) (int, error) {
 	n, err := e.r.Read(p)
-	if err != nil && err != io.EOF && e.err == nil {
-		e.err = err
+	if err != nil && err != io.EOF {
+		e.mu.Lock()
+		if e.err == nil {
+			e.err = err
+		}
+		e.mu.Unlock()
 	}
 	return n, err
+}
+
+// Err is the first error other than io.EOF that a Read has returned.
+func (e *errReader) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
 }
 
 // Remove deletes the sandbox with `podman rm -f -t 0`, killing whatever

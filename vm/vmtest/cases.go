@@ -251,6 +251,34 @@ func Cases() []Case {
 				}
 				return obs
 			}},
+		{Name: "stdin-stuck", Promise: "a Stdin that never ends does not hold Run once the command has exited; a Stdin that fails is reported with the Result",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				stuck := make(chan struct{})
+				defer close(stuck)
+				never := blockingReader(stuck)
+				var obs []Observation
+				for _, c := range []struct {
+					label string
+					cmd   exec.Command
+					out   string
+				}{
+					{"ignored", exec.Command{Name: "true", Stdin: never}, ""},
+					{"read a little", exec.Command{Name: "head", Args: []string{"-c", "3"}, Stdin: io.MultiReader(strings.NewReader("abcdef"), never)}, "abc"},
+				} {
+					res, err, o := run(ctx, v, c.label, c.cmd)
+					want(t, res, err, c.out, "", 0)
+					obs = append(obs, o)
+				}
+				boom := errors.New("stdin failed")
+				res, err, o := run(ctx, v, "failing", exec.Command{Name: "cat", Stdin: io.MultiReader(strings.NewReader("part"), failingReader{boom})})
+				if !errors.Is(err, boom) || res == nil || res.Stdout != "part" {
+					t.Errorf("a failing Stdin: got %+v, %v; want stdout \"part\" and an error wrapping %q", res, err, boom)
+				}
+				if errors.Is(err, boom) {
+					o.Err = "the Stdin's error" // the wrapping text is each backend's own
+				}
+				return append(obs, o)
+			}},
 		{Name: "timeout", Promise: "a timeout kills the command and its children inside the sandbox, keeping partial output",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
 				return stopped(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
@@ -405,3 +433,16 @@ func keys(m map[string]file) []string {
 	slices.Sort(k)
 	return k
 }
+
+// blockingReader's Read blocks until done is closed, then reports the end.
+type blockingReader <-chan struct{}
+
+func (b blockingReader) Read([]byte) (int, error) {
+	<-b
+	return 0, io.EOF
+}
+
+// failingReader's Read fails with err.
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
