@@ -480,11 +480,12 @@ func (v *APIVM) kill(ctx context.Context, cid, execID string, spec execSpec, nam
 
 // killOnce runs the kill command once, its failures mapped by apiError.
 func (v *APIVM) killOnce(ctx context.Context, cid string, spec execSpec) error {
-	kill := spec.killCommand()
+	kill := spec.killSpec()
 	errs := capture.New(errCapture)
 	ss, err := v.startSession(ctx, cid, libpod.ExecConfig{
-		Cmd:          append([]string{kill.Name}, kill.Args...),
-		User:         spec.User,
+		Cmd:          kill.Argv,
+		Env:          kill.Env,
+		User:         kill.User,
 		AttachStdout: true,
 		AttachStderr: true,
 	}, nil, io.Discard, errs)

@@ -296,10 +296,9 @@ func (v *CLIVM) stopped(ctx context.Context, id string, spec execSpec, cmd exec.
 
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	defer cancel()
-	kill := spec.killCommand()
-	kspec := execSpec{Argv: append([]string{kill.Name}, kill.Args...), User: spec.User}
+	kill := v.execArgs(id, spec.killSpec(), false)
 	kerr := retryKill(kctx, func(ctx context.Context) error {
-		res, err := v.run(ctx, exec.Command{Args: v.execArgs(id, kspec, false), MaxOutputBytes: errCapture})
+		res, err := v.run(ctx, exec.Command{Args: kill, MaxOutputBytes: errCapture})
 		if err == nil && res.ExitCode != 0 {
 			err = cliError("exec", "kill", res)
 		}

@@ -354,7 +354,7 @@ func TestCLIKillsInsideOnStop(t *testing.T) {
 					assert.NoError(t, kctx.Err(), "the kill runs with a fresh context")
 					_, hasDeadline := kctx.Deadline()
 					assert.True(t, hasDeadline, "the kill is bounded")
-					want := []string{"exec", "--user", "65534", testID, "/bin/sh", "-c", killScript, "podvm-kill", marker}
+					want := []string{"exec", "--env", killCheck, "--user", "65534", testID, "/bin/sh", "-c", killScript, "podvm-kill", marker}
 					assert.Equal(t, want, c.Args)
 					return &exec.Result{}, nil
 				}),

@@ -52,20 +52,30 @@ func newExecSpec(cfg Config, cmd exec.Command) execSpec {
 // It ends only when a scan finds no marked process left. Group IDs 0 and
 // 1 (a leader outside the sandbox's PID namespace, or init) and its own
 // are never signalled.
+//
+// It is POSIX sh, for dash, busybox ash and bash alike: `read -d` and
+// `kill --` are not. An environ file is read whole, its NUL separators
+// dropped by read, and searched for the marker, whose fixed-length random
+// value cannot arise from two entries run together. The script first
+// finds [killCheck] in its own environment, so a shell that cannot read
+// one fails the kill instead of finding nothing to kill.
 const killScript = `m=$1; me=$$
+has() {
+  l=; while IFS= read -r x || [ -n "$x" ]; do l=$l$x; done 2>/dev/null <"$1"
+  case $l in *"$2"*) return 0;; esac; return 1
+}
+has "/proc/$me/environ" "` + killCheck + `" || { echo "podvm-kill: cannot read process environments" >&2; exit 2; }
 each() {
   for f in /proc/[0-9]*/environ; do
     p=${f#/proc/}; p=${p%/environ}
     [ "$p" = "$me" ] && continue
-    while IFS= read -r -d '' e; do
-      if [ "$e" = "$m" ]; then $1; break; fi
-    done 2>/dev/null <"$f"
+    has "$f" "$m" && $1
   done
 }
 group() { g=; read -r s 2>/dev/null <"/proc/$p/stat" || return 0; s=${s##*) }; set -- $s; g=$3; }
 hit() {
   found=1; group
-  [ -n "$g" ] && [ "$g" -gt 1 ] && [ "$g" != "$mine" ] && kill -9 -- "-$g" 2>/dev/null
+  [ -n "$g" ] && [ "$g" -gt 1 ] && [ "$g" != "$mine" ] && kill -9 "-$g" 2>/dev/null
   kill -9 "$p" 2>/dev/null
 }
 p=$me; group; mine=$g
@@ -75,7 +85,11 @@ while [ $n -lt 1000 ]; do
   [ $found = 0 ] && exit 0
   n=$((n+1))
 done
+echo "podvm-kill: marked processes keep appearing" >&2
 exit 1`
+
+// killCheck is in the kill command's environment, for killScript to find.
+const killCheck = "PODVM_KILL=1"
 
 // killTimeout bounds the kill of a stopped run, its retries included.
 const killTimeout = 10 * time.Second
@@ -99,10 +113,14 @@ func retryKill(ctx context.Context, once func(context.Context) error) error {
 	}
 }
 
-// killCommand is the command that kills what spec started, run in the
-// sandbox as the same user so that it may read and signal its processes.
-func (s execSpec) killCommand() exec.Command {
-	return exec.Command{Name: "/bin/sh", Args: []string{"-c", killScript, "podvm-kill", s.Marker}}
+// killSpec is the exec that kills what spec started, run in the sandbox
+// as the same user so that it may read and signal its processes.
+func (s execSpec) killSpec() execSpec {
+	return execSpec{
+		Argv: []string{"/bin/sh", "-c", killScript, "podvm-kill", s.Marker},
+		Env:  []string{killCheck},
+		User: s.User,
+	}
 }
 
 func permanent(err error) bool {
