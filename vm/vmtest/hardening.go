@@ -44,10 +44,12 @@ sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 			Deadline: 2 * time.Minute,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
 				// The classic `:(){ :|:& };:` is a syntax error in busybox
-				// ash (":" is a special builtin); this is the same bomb. The
-				// shell then spins on builtins, which need no fork, so the
-				// run lasts until its timeout.
-				cmd := sh(`f(){ f|f& }; f; while :; do :; done`)
+				// ash (":" is a special builtin); this is the same bomb,
+				// started from a subshell: ash forks both sides of `f|f&`
+				// itself, and a shell whose fork fails exits, so the top
+				// shell must not race the bomb for the last slot. It spins
+				// on builtins, which need no fork, until its timeout.
+				cmd := sh(`(f(){ f|f& }; f) & while :; do :; done`)
 				cmd.Timeout = 5 * time.Second
 				start := time.Now()
 				res, err := v.Run(ctx, cmd)
