@@ -114,7 +114,9 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 		errW.Close()
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
-	c.Stdin = in.child
+	if in.child != nil { // not a typed nil: os/exec would close fd 0
+		c.Stdin = in.child
+	}
 
 	start := time.Now()
 	err = c.Start()

@@ -48,7 +48,10 @@ func helperMain(args []string) int {
 		wd, _ := os.Getwd()
 		fmt.Print(wd)
 	case "cat":
-		io.Copy(os.Stdout, os.Stdin)
+		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	case "lines": // lines N: "line 1\n" ... "line N\n"
 		n, _ := strconv.Atoi(args[0])
 		var b strings.Builder
