@@ -584,11 +584,13 @@ func (v *APIVM) CopyOut(ctx context.Context, path string, w io.Writer) error {
 // cancelled Create, and concurrently with itself; it waits for a Create in
 // progress. A container already gone counts as removed. After Remove, Run
 // and the copies fail with [ErrRemoved], even when Remove itself failed
-// (a later Remove tries again).
+// (a later Remove tries again). It closes the connections it kept to the
+// service; one never removed lets them go after 30 s unused.
 func (v *APIVM) Remove(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.st.markRemoved()
+	defer v.c.CloseIdleConnections() // nothing else will use them
 	if !v.created || v.gone {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,27 @@ func apiClient(ctx context.Context, t *testing.T, env podmantest.Env) *libpod.Cl
 func token(t *testing.T) (map[string]string, string) {
 	v := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + "-" + strconv.Itoa(os.Getpid())
 	return map[string]string{"io.podvm.test": v}, "io.podvm.test=" + v
+}
+
+// An APIVM removed leaves no connection to the service, nor goroutines
+// serving one, behind. Not parallel: it counts the process's goroutines.
+func TestAPIRemoveReleasesConnections(t *testing.T) {
+	env := podmantest.Need(t)
+	ctx := context.Background()
+	before := runtime.NumGoroutine()
+	for range 5 {
+		v, err := vm.NewAPIVM(ctx, env.Host, vm.Config{Image: env.Image})
+		require.NoError(t, err)
+		require.NoError(t, v.Create(ctx))
+		_, err = v.Run(ctx, exec.Command{Name: "true"})
+		assert.NoError(t, err)
+		require.NoError(t, v.Remove(ctx))
+	}
+	after := runtime.NumGoroutine()
+	for end := time.Now().Add(10 * time.Second); after > before && time.Now().Before(end); after = runtime.NumGoroutine() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, after, before, "goroutines left by 5 removed APIVMs")
 }
 
 func TestAPIConcurrentRuns(t *testing.T) {

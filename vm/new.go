@@ -55,6 +55,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 func newAPIVMChecked(c *libpod.Client, cfg Config) (VM, error) {
 	if strings.HasPrefix(c.URI(), "unix://") {
 		if err := cfg.checkMountSources(); err != nil {
+			c.CloseIdleConnections()
 			return nil, err
 		}
 	}

@@ -30,6 +30,7 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 	switch {
 	case c != nil:
 		p = apiTarget{c}
+		defer c.CloseIdleConnections()
 	case err != nil:
 		return nil, err
 	default:

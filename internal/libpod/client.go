@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/version"
@@ -68,9 +69,26 @@ func Connect(ctx context.Context, uri string) (*Client, error) {
 	if err != nil {
 		return nil, &Error{Op: "connect " + uri, Err: err}
 	}
+	if t, ok := conn.Client.Transport.(*http.Transport); ok {
+		// The bindings' transport keeps idle connections, and two
+		// goroutines for each, forever; ours lets them go when unused.
+		// The Client is not shared yet, so swapping it is safe.
+		idle := t.Clone()
+		idle.IdleConnTimeout = idleTimeout
+		t.CloseIdleConnections()
+		conn.Client.Transport = idle
+	}
 	sv := bindings.ServiceVersion(bctx)
 	return newClient(conn, uri, Version{int(sv.Major), int(sv.Minor), int(sv.Patch)}), nil
 }
+
+// idleTimeout is how long an unused connection to the service is kept.
+const idleTimeout = 30 * time.Second
+
+// CloseIdleConnections closes the connections to the service that no
+// request is using, and their goroutines end. The Client stays usable: a
+// later request dials again. Call it when done with the Client.
+func (c *Client) CloseIdleConnections() { c.conn.Client.CloseIdleConnections() }
 
 func newClient(conn *bindings.Connection, uri string, v Version) *Client {
 	// The same API version DoRequest puts in its paths.

@@ -5,6 +5,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -315,4 +319,39 @@ func TestExecStartCancelled(t *testing.T) {
 	_, err := cl.ExecStart(ctx, libpodtest.ExecID(1))
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A Client done with leaves no connection, and no goroutine, behind: the
+// bindings' transport alone keeps both for as long as the process. The
+// fake service here keeps connections alive, as Podman does.
+func TestCloseIdleConnections(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "podman.sock")
+	ln, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Libpod-Api-Version", "4.3.1")
+		if strings.HasSuffix(r.URL.Path, "/_ping") {
+			io.WriteString(w, "OK")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"cause":"no such container","message":"no container with name or ID \"x\" found: no such container","response":404}`)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	before := runtime.NumGoroutine()
+	for range 20 {
+		c, err := libpod.Connect(context.Background(), "unix://"+sock)
+		require.NoError(t, err)
+		_, err = c.ContainerInspect(context.Background(), "x")
+		require.Equal(t, 404, asError(t, err).Status) // the connection was used, and kept
+		c.CloseIdleConnections()
+	}
+	after := runtime.NumGoroutine() // not in assert.Eventually: it adds its own
+	for end := time.Now().Add(10 * time.Second); after > before && time.Now().Before(end); after = runtime.NumGoroutine() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, after, before, "goroutines left by 20 closed clients")
 }
