@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -76,23 +77,32 @@ func (g *tarGuard) fill() error {
 	return nil
 }
 
-// checkEntry refuses an entry whose name is absolute or climbs out with
-// "..", that lies beneath a symlink of the same archive (which could
-// redirect it anywhere), a symlink whose target is absolute or resolves
-// outside the archive's root, a hard link to a path outside it, and
+// checkEntry refuses an entry whose name is absolute or has a ".."
+// component, that lies beneath a symlink of the same archive (which could
+// redirect it anywhere), a symlink whose target is absolute, climbs above
+// the archive's root, or has a ".." after a name (that name may be, now or
+// later in the archive, a symlink to anywhere, and ".." climbs from
+// there), a hard link whose target is absolute or has a ".." at all, and
 // device nodes. links collects the archive's symlinks seen so far.
+//
+// So every symlink the archive makes first climbs through real
+// directories, by no more than its own depth, then only descends, through
+// symlinks that do the same: however they chain, in whatever order they
+// arrive, nothing resolves outside the root.
 func checkEntry(h *tar.Header, links map[string]bool) error {
 	unsafe := func(why string) error {
 		return fmt.Errorf("%w %q: %s", ErrUnsafeArchive, h.Name, why)
 	}
 	name := path.Clean(h.Name)
 	switch {
+	case strings.ContainsRune(h.Name, 0):
+		return unsafe("NUL byte in name")
 	case path.IsAbs(name):
 		return unsafe("absolute path")
 	case escapes(name):
 		return unsafe("path leaves the destination")
-	case strings.ContainsRune(h.Name, 0):
-		return unsafe("NUL byte in name")
+	case hasDotDot(h.Name):
+		return unsafe(`".." in the path`)
 	}
 	for dir := path.Dir(name); dir != "." && dir != "/"; dir = path.Dir(dir) {
 		if links[dir] {
@@ -106,11 +116,13 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 			return unsafe(fmt.Sprintf("symlink to absolute path %q", h.Linkname))
 		case escapes(path.Join(path.Dir(name), h.Linkname)):
 			return unsafe(fmt.Sprintf("symlink %q points outside the destination", h.Linkname))
+		case climbsAfterName(h.Linkname):
+			return unsafe(fmt.Sprintf(`symlink %q has ".." after a name, which may be a symlink`, h.Linkname))
 		}
 		links[name] = true
 	case tar.TypeLink:
-		if path.IsAbs(h.Linkname) || escapes(path.Clean(h.Linkname)) {
-			return unsafe(fmt.Sprintf("hard link to %q outside the destination", h.Linkname))
+		if path.IsAbs(h.Linkname) || hasDotDot(h.Linkname) {
+			return unsafe(fmt.Sprintf("hard link to %q, which may be outside the destination", h.Linkname))
 		}
 	case tar.TypeChar, tar.TypeBlock:
 		return unsafe("device node")
@@ -120,3 +132,18 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 
 // escapes reports whether the cleaned relative path p climbs above its root.
 func escapes(p string) bool { return p == ".." || strings.HasPrefix(p, "../") }
+
+// hasDotDot reports whether slash-separated p has a ".." component.
+func hasDotDot(p string) bool { return slices.Contains(strings.Split(p, "/"), "..") }
+
+// climbsAfterName reports whether slash-separated p has a ".." component
+// after one that is a name (not "", "." or "..").
+func climbsAfterName(p string) bool {
+	parts := strings.Split(p, "/")
+	for i, part := range parts {
+		if part != "" && part != "." && part != ".." {
+			return slices.Contains(parts[i+1:], "..")
+		}
+	}
+	return false
+}
