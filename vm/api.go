@@ -259,6 +259,12 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 // TimedOut set and an error matching [context.DeadlineExceeded] or
 // [context.Canceled].
 func (v *APIVM) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
+	res, err := v.runCmd(ctx, cmd)
+	return v.st.ended(cmd.Name, res, err)
+}
+
+// runCmd is Run but for a Remove during the run.
+func (v *APIVM) runCmd(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}

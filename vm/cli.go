@@ -257,6 +257,12 @@ func (v *CLIVM) runArgs() []string {
 // returns the partial Result with TimedOut set and an error matching
 // [context.DeadlineExceeded] or [context.Canceled].
 func (v *CLIVM) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
+	res, err := v.runCmd(ctx, cmd)
+	return v.st.ended(cmd.Name, res, err)
+}
+
+// runCmd is Run but for a Remove during the run.
+func (v *CLIVM) runCmd(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -172,6 +173,17 @@ func (s *state) isRemoved() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.removed
+}
+
+// ended reports a run that Remove cut short as such. Once the sandbox is
+// marked removed, a run that did not end cleanly (an error, or a non-zero
+// status such as the 137 of a process the removal killed) was ended by
+// Remove, not by its command.
+func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
+	if !s.isRemoved() || (err == nil && res != nil && res.ExitCode == 0) {
+		return res, err
+	}
+	return res, errors.Join(fmt.Errorf("vm: %s: %w while it ran", name, ErrRemoved), err)
 }
 
 // ID returns the container ID, "" before Create.

@@ -31,8 +31,9 @@ type VM interface {
 	// Command.Dir means the config's Workdir. When the timeout or ctx ends
 	// the run, the command and every process it started inside the sandbox
 	// are killed before Run returns. Run before Create fails with
-	// [ErrNotCreated], after Remove with [ErrRemoved]. Concurrent calls are
-	// safe and each gets its own Result.
+	// [ErrNotCreated], after Remove with [ErrRemoved]; a Run that Remove
+	// cuts short returns what it captured and an error matching
+	// [ErrRemoved]. Concurrent calls are safe and each gets its own Result.
 	Run(ctx context.Context, cmd exec.Command) (*exec.Result, error)
 
 	// CopyIn extracts the tar stream r into directory dir of the sandbox,

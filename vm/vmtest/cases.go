@@ -330,6 +330,43 @@ func Cases() []Case {
 				}
 				return []Observation{o}
 			}},
+		{Name: "lifecycle/remove-during-run", Promise: "a Run in progress when Remove is called ends promptly with ErrRemoved, not as a command that exited",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+				started := make(chan struct{})
+				var once sync.Once
+				out := writerFunc(func(p []byte) (int, error) {
+					once.Do(func() { close(started) })
+					return len(p), nil
+				})
+				type ran struct {
+					res *exec.Result
+					err error
+				}
+				done := make(chan ran, 1)
+				go func() {
+					res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "echo started; sleep 300"}, Stdout: out})
+					done <- ran{res, err}
+				}()
+				select {
+				case <-started:
+				case r := <-done:
+					t.Fatalf("the run ended before Remove: %+v, %v", r.res, r.err)
+				}
+				if err := v.Remove(ctx); err != nil {
+					t.Fatalf("Remove: %v", err)
+				}
+				var r ran
+				select {
+				case r = <-done:
+				case <-time.After(Grace):
+					t.Fatalf("Run still running %v after Remove", Grace)
+				}
+				if !errors.Is(r.err, vm.ErrRemoved) {
+					t.Errorf("got %+v, %v; want an error matching ErrRemoved", r.res, r.err)
+				}
+				// What the run printed and its status are the backend's own.
+				return []Observation{Observe("run", nil, r.err)}
+			}},
 		{Name: "lifecycle/uncreated", Promise: "Run before Create is ErrNotCreated; Remove of a never-created VM succeeds",
 			Uncreated: true,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
@@ -446,3 +483,8 @@ func (b blockingReader) Read([]byte) (int, error) {
 type failingReader struct{ err error }
 
 func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
+
+// writerFunc is a function as an io.Writer.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
