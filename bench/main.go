@@ -328,6 +328,7 @@ func (b *bench) streams(ctx context.Context) error {
 	}
 	alts = append(alts,
 		alt{name: nameCLIStream, op: b.p.execStream(b.base, n)},
+		alt{name: nameCLIPipe, op: b.p.execStreamPipe(b.base, n)},
 		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n, discard)},
 		b.runcAlt(nameRuncStream, func(r *runc) op { return r.execStream(b.base, n) }),
 	)

@@ -147,6 +147,35 @@ func (p *podman) execStream(id string, n int64) op {
 	}
 }
 
+// execStreamPipe is `podman exec ID head -c n /dev/zero` with its stdout
+// a pipe that this process reads and discards: the least any reader of
+// the CLI's output can do.
+func (p *podman) execStreamPipe(id string, n int64) op {
+	return func(ctx context.Context) error {
+		c := p.command(ctx, append([]string{"exec", id}, streamArgv(n)...)...)
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		out, err := c.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := c.Start(); err != nil {
+			return err
+		}
+		got, copyErr := io.Copy(io.Discard, out)
+		code, err := exitCode(c.Wait())
+		switch {
+		case err != nil || copyErr != nil:
+			return fmt.Errorf("podman: %w", errors.Join(err, copyErr))
+		case code != 0:
+			return fmt.Errorf("podman: exit %d: %s", code, strings.TrimSpace(stderr.String()))
+		case got != n:
+			return fmt.Errorf("podman: %d bytes, want %d", got, n)
+		}
+		return nil
+	}
+}
+
 // lifecycle is `podman run -d`, `podman exec` and `podman rm -f -t 0`.
 func (p *podman) lifecycle(image string) op {
 	return func(ctx context.Context) error {
