@@ -42,6 +42,11 @@ const (
 // [exec.Executor]: Create is `podman run -d`, Run is `podman exec`, the
 // copies are `podman cp` and Remove is `podman rm -f -t 0`. Create one
 // with [NewCLIVM]; it is safe for concurrent use.
+//
+// Prefer the local podman. Through a remote connection ([WithURL], or
+// CONTAINER_HOST in the executor's environment) podman-remote itself now
+// and then loses the output of a short exec, under load, and reports its
+// exit status alone (containers/podman#25855); for a service, use [APIVM].
 type CLIVM struct {
 	cfg    Config // with defaults
 	x      exec.Executor
@@ -284,7 +289,7 @@ func (v *CLIVM) runCmd(ctx context.Context, cmd exec.Command) (*exec.Result, err
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	case res.TimedOut:
 		return res, v.stopped(ctx, id, spec, cmd)
-	case err != nil: // a live writer failed
+	case err != nil: // Stdin or a live writer failed
 		return res, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	case res.ExitCode != 0 && execFailed(res):
 		return nil, cliError("exec", cmd.Name, res)
