@@ -83,7 +83,8 @@ func (g *tarGuard) fill() error {
 // the archive's root, or has a ".." after a name (that name may be, now or
 // later in the archive, a symlink to anywhere, and ".." climbs from
 // there), a hard link whose target is absolute or has a ".." at all, and
-// device nodes. links collects the archive's symlinks seen so far.
+// device nodes, and a hard link to, or through, a symlink of the archive.
+// links collects the archive's symlinks seen so far.
 //
 // So every symlink the archive makes first climbs through real
 // directories, by no more than its own depth, then only descends, through
@@ -123,6 +124,13 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 	case tar.TypeLink:
 		if path.IsAbs(h.Linkname) || hasDotDot(h.Linkname) {
 			return unsafe(fmt.Sprintf("hard link to %q, which may be outside the destination", h.Linkname))
+		}
+		// A hard link to a symlink is a copy of that symlink at another
+		// depth, where its relative target may climb out.
+		for p := path.Clean(h.Linkname); p != "." && p != "/"; p = path.Dir(p) {
+			if links[p] {
+				return unsafe(fmt.Sprintf("hard link to %q, through or to symlink %q", h.Linkname, p))
+			}
 		}
 	case tar.TypeChar, tar.TypeBlock:
 		return unsafe("device node")

@@ -57,7 +57,7 @@ func TestGuardTarPassesSafeArchives(t *testing.T) {
 		entry{Type: tar.TypeLink, Name: "out/hard", Linkname: "out/bin"},
 		entry{Type: tar.TypeSymlink, Name: "out/sub/deep/chain", Linkname: "./../.././link"},
 		entry{Type: tar.TypeSymlink, Name: "out/dots", Linkname: "..hidden/.x"},
-		entry{Type: tar.TypeLink, Name: "out/hard2", Linkname: "./out/link"},
+		entry{Type: tar.TypeLink, Name: "out/hard2", Linkname: "./out/big"},
 	)
 	got, err := io.ReadAll(guardTar(bytes.NewReader(in)))
 	require.NoError(t, err)
@@ -118,6 +118,16 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
 			{Type: tar.TypeLink, Name: "h", Linkname: "s/../x"},
 		}, "h"},
+		// os.Link links a symlink itself: d/up -> .. copied to t is t -> ..
+		{"hard link to a symlink", []entry{
+			{Type: tar.TypeSymlink, Name: "d/up", Linkname: ".."},
+			{Type: tar.TypeLink, Name: "t", Linkname: "d/up"},
+		}, "t"},
+		{"hard link to a symlink through a symlink", []entry{
+			{Type: tar.TypeSymlink, Name: "d/up", Linkname: ".."},
+			{Type: tar.TypeSymlink, Name: "s", Linkname: "d"},
+			{Type: tar.TypeLink, Name: "t", Linkname: "s/up"},
+		}, "t"},
 		{"name through a symlink", []entry{
 			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
 			{Name: "s/../x"},
@@ -174,6 +184,8 @@ func FuzzCheckEntry(f *testing.F) {
 		"s x s/..\ns s .",
 		"s s .\nh h s/../x",
 		"s a b\ns b/c ../..",
+		"s d/up ..\nh t d/up",
+		"s d/up ..\ns s d\nh t s/up",
 	} {
 		f.Add(s)
 	}
@@ -218,6 +230,15 @@ func FuzzCheckEntry(f *testing.F) {
 			case tar.TypeLink:
 				if resolve(path.Clean(target), links) < 0 {
 					t.Fatalf("accepted hard link %q to outside the root", line)
+				}
+				// link(2) does not follow a final symlink: it copies it.
+				if p, ok := physical(path.Clean(target), links); ok {
+					if to, isLink := links[p]; isLink {
+						links[clean] = to
+						if resolve(clean+"/x", links) < 0 {
+							t.Fatalf("accepted hard link %q to symlink %q -> %q, which points outside the root from its new place", line, p, to)
+						}
+					}
 				}
 			}
 		}
@@ -264,4 +285,37 @@ func resolve(p string, links map[string]string) int {
 	}
 	walk(strings.Split(p, "/"), 0, nil, 0)
 	return lowest
+}
+
+// physical is where p leads, its symlinks followed but for the last
+// component, as link(2) resolves its target; ok is false when it leaves
+// the root or loops.
+func physical(p string, links map[string]string) (string, bool) {
+	parts := strings.Split(p, "/")
+	var cur []string
+	for hops := 0; len(parts) > 0; {
+		part := parts[0]
+		parts = parts[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return "", false
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		cur = append(cur, part)
+		target, isLink := links[strings.Join(cur, "/")]
+		if !isLink || len(parts) == 0 {
+			continue
+		}
+		if hops++; hops > 40 || strings.HasPrefix(target, "/") {
+			return "", false
+		}
+		cur = cur[:len(cur)-1]
+		parts = append(strings.Split(target, "/"), parts...)
+	}
+	return strings.Join(cur, "/"), true
 }
