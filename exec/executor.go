@@ -125,7 +125,7 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		in.stop()
+		in.abandon()
 		return nil, startError(cmd.Name, err)
 	}
 	in.start()
@@ -214,7 +214,7 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 // waiting for it once the process has exited.
 type stdin struct {
 	src    io.Reader
-	child  *os.File // the process's end; nil when src is nil or a file
+	child  *os.File // the process's end: src itself when it is a file; nil when src is nil
 	w      *os.File // our end
 	done   chan struct{}
 	err    error // the reader's, not the pipe's; set before done closes
@@ -247,7 +247,7 @@ func (in *stdin) start() {
 	go func() {
 		w := &pipeWriter{f: in.w}
 		_, err := io.Copy(w, in.src)
-		if err != w.err { // the pipe fails when the process stops reading
+		if w.err == nil { // the pipe fails when the process stops reading: not an error
 			in.err = err
 		}
 		close(in.done)
@@ -256,6 +256,14 @@ func (in *stdin) start() {
 }
 
 func (in *stdin) closeW() { in.closed.Do(func() { in.w.Close() }) }
+
+// abandon closes the pipe when the process never started.
+func (in *stdin) abandon() {
+	if in.w != nil {
+		in.child.Close()
+		in.w.Close()
+	}
+}
 
 // pipeWriter remembers its error, to tell it from the reader's.
 type pipeWriter struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -165,6 +166,49 @@ func TestRunStdinReadError(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.NotNil(t, res)
 	assert.Equal(t, "part", res.Stdout)
+}
+
+// A command that stops reading its input is not an error, even when Stdin
+// copies itself (io.WriterTo) and wraps the pipe's error on the way.
+func TestRunStdinNotReadIsNoError(t *testing.T) {
+	t.Parallel()
+	res, err := host.Run(context.Background(), exec.Command{Name: "true", Stdin: endlessWriterTo{}})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+}
+
+// endlessWriterTo writes zeros until its writer fails, and wraps that error
+// as *net.TCPConn's WriteTo does.
+type endlessWriterTo struct{}
+
+func (endlessWriterTo) Read(p []byte) (int, error) { return len(p), nil }
+
+func (endlessWriterTo) WriteTo(w io.Writer) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, err := w.Write(buf)
+		n += int64(m)
+		if err != nil {
+			return n, fmt.Errorf("writeto: %w", err)
+		}
+	}
+}
+
+// A command that cannot start leaves no descriptor open, stdin's pipe
+// included.
+func TestRunStartFailureLeaksNoFD(t *testing.T) {
+	count := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(fds)
+	}
+	before := count()
+	for range 50 {
+		_, err := host.Run(context.Background(), exec.Command{Name: "/nonexistent/prog", Stdin: strings.NewReader("x")})
+		require.ErrorIs(t, err, exec.ErrNotFound)
+	}
+	assert.LessOrEqual(t, count(), before+2, "descriptors open after 50 failed starts")
 }
 
 type iotestErrReader struct{ err error }
