@@ -259,8 +259,9 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 // TimedOut set and an error matching [context.DeadlineExceeded] or
 // [context.Canceled].
 func (v *APIVM) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
+	removed := v.st.isRemoved()
 	res, err := v.runCmd(ctx, cmd)
-	return v.st.ended(cmd.Name, res, err)
+	return v.st.ended(cmd.Name, removed, res, err)
 }
 
 // runCmd is Run but for a Remove during the run.
@@ -590,8 +591,9 @@ func (v *APIVM) CopyOut(ctx context.Context, path string, w io.Writer) error {
 // cancelled Create, and concurrently with itself; it waits for a Create in
 // progress. A container already gone counts as removed. After Remove, Run
 // and the copies fail with [ErrRemoved], even when Remove itself failed
-// (a later Remove tries again). It closes the connections it kept to the
-// service; one never removed lets them go after 30 s unused.
+// (a later Remove tries again). It closes the idle connections it kept to
+// a unix:// or tcp:// service (one never removed lets them go after 30 s
+// unused); over ssh:// the bindings keep their SSH connection open.
 func (v *APIVM) Remove(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -175,12 +175,17 @@ func (s *state) isRemoved() bool {
 	return s.removed
 }
 
-// ended reports a run that Remove cut short as such. Once the sandbox is
-// marked removed, a run that did not end cleanly (an error, or a non-zero
-// status such as the 137 of a process the removal killed) was ended by
-// Remove, not by its command.
-func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
-	if !s.isRemoved() || (err == nil && res != nil && res.ExitCode == 0) {
+// ended reports a run that Remove cut short as such. removedBefore is
+// whether Remove had begun when Run was called (then Run failed with
+// ErrRemoved before starting anything). A run that Remove began during,
+// and that ended by an error or by a signal (the 137 of a process the
+// removal killed), was ended by Remove; an exit status of the command's
+// own stays data.
+func (s *state) ended(name string, removedBefore bool, res *exec.Result, err error) (*exec.Result, error) {
+	if removedBefore || !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) {
+		return res, err
+	}
+	if err == nil && (res == nil || res.ExitCode <= 128) {
 		return res, err
 	}
 	return res, errors.Join(fmt.Errorf("vm: %s: %w while it ran", name, ErrRemoved), err)
