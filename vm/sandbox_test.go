@@ -46,7 +46,7 @@ func TestKillScriptUnderEachShell(t *testing.T) {
 			require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
 
 			for _, p := range tree {
-				assert.True(t, gone(p), "marked process %d survived the kill under %s", p.Pid, name)
+				assert.True(t, gone(p), "process %d of the run survived the kill under %s", p.Pid, name)
 			}
 			for _, p := range other {
 				assert.True(t, alive(strconv.Itoa(p.Pid)), "process %d of another run was killed under %s", p.Pid, name)
@@ -74,12 +74,14 @@ func TestKillScriptFailsWhenItCannotSee(t *testing.T) {
 }
 
 // startMarked starts, in a process group of its own, a shell with marker in
-// its environment and two children (one of which leaves the group), and
-// returns them all once they run.
+// its environment and three children: one marked, one marked that leaves
+// the group, one unmarked in the group (only the group kill reaches it).
+// It returns them all once they run.
 func startMarked(t *testing.T, marker string) []*os.Process {
 	t.Helper()
 	pidfile := filepath.Join(t.TempDir(), "pids")
-	cmd := osexec.Command("sh", "-c", `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$a $b" >"$1.tmp"; mv "$1.tmp" "$1"; wait`, "sh", pidfile)
+	cmd := osexec.Command("sh", "-c", `sleep 300 & a=$!; setsid sleep 300 & b=$!; env -u `+markerKey+` sleep 300 & c=$!
+echo "$a $b $c" >"$1.tmp"; mv "$1.tmp" "$1"; wait`, "sh", pidfile)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), marker}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())
