@@ -87,7 +87,9 @@ const idleTimeout = 30 * time.Second
 
 // CloseIdleConnections closes the connections to the service that no
 // request is using, and their goroutines end. The Client stays usable: a
-// later request dials again. Call it when done with the Client.
+// later request dials again. Call it when done with the Client. Over
+// ssh:// the SSH connection the bindings dialed stays open: they offer no
+// way to close it.
 func (c *Client) CloseIdleConnections() { c.conn.Client.CloseIdleConnections() }
 
 func newClient(conn *bindings.Connection, uri string, v Version) *Client {
