@@ -10,7 +10,8 @@
 # Per server: go test -race -count=1 -run '^TestParity$' ./vm/
 # with CONTAINER_HOST and PODVM_TEST_IMAGE of that server, PODVM_SERVER
 # (podman4 or podman5), PODVM_PODMAN (the podman CLI the CLI backend runs:
-# the host's podman for 4.3, scripts/podman5-cli for 5.4) and
+# the host's podman for 4.3, scripts/podman5-cli for 5.4, which is remote
+# only: PODVM_PODMAN_REMOTE=1) and
 # PODVM_CONFORMANCE_LOG, where vm/vmtest writes "backend<TAB>case<TAB>outcome"
 # per case. Then no podvm container may be left on that server.
 # Files, in $PODVM_STATE/matrix (default <repo>/.podvm/matrix): SERVER.log
@@ -36,8 +37,9 @@ unset CONTAINER_HOST CONTAINER_CONNECTION CONTAINERS_CONF
 env4=$(scripts/podman-up.sh) || { log "the Podman 4.3 service did not come up"; exit 1; }
 env5=$(scripts/podman5-up.sh) || { log "the Podman 5.4 service did not come up"; exit 1; }
 
-# run SERVER ENV CLI: the suite against the server whose `export` lines are
-# ENV, with CLI as the CLI backend's podman. Records go test's failure in
+# run SERVER ENV CLI REMOTE: the suite against the server whose `export`
+# lines are ENV, with CLI as the CLI backend's podman (REMOTE=1: it has no
+# local mode). Records go test's failure in
 # SERVER.failed and the podvm containers that appeared during the run, and
 # are still there after it, in SERVER.leaks; it removes none (the service
 # may be shared: `make check-leaks`, scripts/podman5-down.sh clean up).
@@ -45,6 +47,7 @@ env5=$(scripts/podman5-up.sh) || { log "the Podman 5.4 service did not come up";
 run() (
 	server=$1 cli=$3
 	eval "$2"
+	export PODVM_PODMAN_REMOTE="$4"
 	cases=$OUT/$server.cases
 	: >"$cases"
 	export PODVM_SERVER="$server" PODVM_PODMAN="$cli" PODVM_CONFORMANCE_LOG="$cases"
@@ -75,8 +78,8 @@ run() (
 	fi
 )
 
-run podman4 "$env4" "$(command -v podman)"
-run podman5 "$env5" "$REPO/scripts/podman5-cli"
+run podman4 "$env4" "$(command -v podman)" ""
+run podman5 "$env5" "$REPO/scripts/podman5-cli" 1 # it has no local mode
 
 # --- the table ----------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ func cliFactory(env podmantest.Env) vmtest.NewVM {
 // repair; the other TestCLI tests run it remotely, through --url. The matrix's
 // Podman 5 client is remote only.
 func cliMode(env podmantest.Env) (exec.Executor, []vm.Option) {
-	if env.Podman != "podman" {
+	if env.RemoteOnly {
 		return nil, []vm.Option{vm.WithURL(env.Host)}
 	}
 	var local []string

@@ -18,6 +18,10 @@ type Env struct {
 	// Podman is the podman binary for the CLI backend, from PODVM_PODMAN
 	// (the test matrix points it at Podman 5's client), else "podman".
 	Podman string
+	// RemoteOnly: Podman can only reach the service remotely, from
+	// PODVM_PODMAN_REMOTE=1 (Podman 5's client in the matrix). Otherwise
+	// it can also run locally, on the service's storage.
+	RemoteOnly bool
 }
 
 // Required reports whether a missing Podman must fail tests rather than
@@ -30,7 +34,12 @@ func Required() bool {
 // [Required]) naming the variables that would enable the test.
 func Need(t testing.TB) Env {
 	t.Helper()
-	e := Env{Host: os.Getenv("CONTAINER_HOST"), Image: os.Getenv("PODVM_TEST_IMAGE"), Podman: os.Getenv("PODVM_PODMAN")}
+	e := Env{
+		Host:       os.Getenv("CONTAINER_HOST"),
+		Image:      os.Getenv("PODVM_TEST_IMAGE"),
+		Podman:     os.Getenv("PODVM_PODMAN"),
+		RemoteOnly: os.Getenv("PODVM_PODMAN_REMOTE") == "1",
+	}
 	if e.Podman == "" {
 		e.Podman = "podman"
 	}
