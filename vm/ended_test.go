@@ -26,6 +26,7 @@ func TestEnded(t *testing.T) {
 		{"killed by the removal", false, true, &exec.Result{ExitCode: 137}, nil, true},
 		{"failed as the container went", false, true, nil, boom, true},
 		{"its own exit status", false, true, &exec.Result{ExitCode: 1}, nil, false},
+		{"podman's failure as the container went", false, true, &exec.Result{ExitCode: 125}, nil, true},
 		{"clean exit", false, true, &exec.Result{}, nil, false},
 		{"removed before the call", true, true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
 		{"invalid command", false, true, nil, fmt.Errorf("x: %w", exec.ErrInvalidCommand), false},

@@ -178,14 +178,15 @@ func (s *state) isRemoved() bool {
 // ended reports a run that Remove cut short as such. removedBefore is
 // whether Remove had begun when Run was called (then Run failed with
 // ErrRemoved before starting anything). A run that Remove began during,
-// and that ended by an error or by a signal (the 137 of a process the
-// removal killed), was ended by Remove; an exit status of the command's
-// own stays data.
+// and that ended by an error, by a signal (the 137 of a process the
+// removal killed) or with podman's own failure status 125 (Podman 5's
+// CLI, when the container went mid-exec), was ended by Remove; any other
+// exit status stays data.
 func (s *state) ended(name string, removedBefore bool, res *exec.Result, err error) (*exec.Result, error) {
 	if removedBefore || !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) {
 		return res, err
 	}
-	if err == nil && (res == nil || res.ExitCode <= 128) {
+	if err == nil && (res == nil || res.ExitCode <= 128 && res.ExitCode != 125) {
 		return res, err
 	}
 	return res, errors.Join(fmt.Errorf("vm: %s: %w while it ran", name, ErrRemoved), err)
