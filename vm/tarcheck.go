@@ -104,6 +104,9 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 		return unsafe("path leaves the destination")
 	case hasDotDot(h.Name):
 		return unsafe(`".." in the path`)
+	case name == "." && h.Typeflag != tar.TypeDir:
+		// An extractor may replace the destination itself with it.
+		return unsafe("names the destination, and is not a directory")
 	}
 	for dir := path.Dir(name); dir != "." && dir != "/"; dir = path.Dir(dir) {
 		if links[dir] {

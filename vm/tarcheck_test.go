@@ -132,6 +132,10 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
 			{Name: "s/../x"},
 		}, "s/../x"},
+		{"the destination replaced by a symlink", []entry{
+			{Type: tar.TypeSymlink, Name: "./", Linkname: "."},
+			{Name: "escaped"},
+		}, "./"},
 		{"device", []entry{{Type: tar.TypeChar, Name: "null"}}, "null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,6 +189,7 @@ func FuzzCheckEntry(f *testing.F) {
 		"s s .\nh h s/../x",
 		"s a b\ns b/c ../..",
 		"s d/up ..\nh t d/up",
+		"s ./ .\nf x",
 		"s d/up ..\ns s d\nh t s/up",
 	} {
 		f.Add(s)
@@ -218,6 +223,9 @@ func FuzzCheckEntry(f *testing.F) {
 				continue
 			}
 			clean := path.Clean(name)
+			if clean == "." && h.Typeflag != tar.TypeDir {
+				t.Fatalf("accepted %q, which replaces the destination itself", line)
+			}
 			if resolve(clean, links) < 0 {
 				t.Fatalf("accepted %q, which lands outside the root", line)
 			}
