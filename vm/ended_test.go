@@ -30,6 +30,7 @@ func TestEnded(t *testing.T) {
 		{"clean exit", false, true, &exec.Result{}, nil, false},
 		{"removed before the call", true, true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
 		{"invalid command", false, true, nil, fmt.Errorf("x: %w", exec.ErrInvalidCommand), false},
+		{"refused, Remove having begun since the call", false, true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var s state
@@ -42,7 +43,7 @@ func TestEnded(t *testing.T) {
 			if c.err != nil {
 				assert.ErrorIs(t, err, c.err)
 			}
-			if c.removedBefore {
+			if errors.Is(c.err, ErrRemoved) {
 				assert.Equal(t, c.err, err, "reported once, as it was")
 			}
 		})

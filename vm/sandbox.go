@@ -183,7 +183,7 @@ func (s *state) isRemoved() bool {
 // CLI, when the container went mid-exec), was ended by Remove; any other
 // exit status stays data.
 func (s *state) ended(name string, removedBefore bool, res *exec.Result, err error) (*exec.Result, error) {
-	if removedBefore || !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) {
+	if removedBefore || !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
 		return res, err
 	}
 	if err == nil && (res == nil || res.ExitCode <= 128 && res.ExitCode != 125) {
