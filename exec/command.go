@@ -53,7 +53,8 @@ type Command struct {
 	// command reads from an empty input. Run does not wait for Stdin to
 	// end once the command has exited; a Read still blocked then returns
 	// into a goroutine that ends with it. An error from Stdin, other than
-	// io.EOF, is returned by Run when it came before the command exited.
+	// io.EOF, is returned by Run when the copy had ended by the time Run
+	// returns.
 	Stdin io.Reader
 	// Stdout and Stderr, if non-nil, receive the whole of each stream as
 	// it is produced, in addition to the capture in [Result], even when

@@ -27,14 +27,15 @@ func cliFactory(env podmantest.Env) vmtest.NewVM {
 	}
 }
 
-// cliMode is how the suite runs the CLI backend. The host's podman runs
-// locally, on the service's storage, as vm.New's fallback runs it:
+// cliMode is how the suite runs the CLI backend. For a service on this
+// machine the host's podman runs locally, on the service's storage, as
+// vm.New's fallback runs it:
 // podman-remote's exec now and then loses the output of a short command
 // under load (containers/podman#25855, #21741), which no caller of it can
 // repair; the other TestCLI tests run it remotely, through --url. The matrix's
 // Podman 5 client is remote only.
 func cliMode(env podmantest.Env) (exec.Executor, []vm.Option) {
-	if env.RemoteOnly {
+	if env.RemoteOnly || !strings.HasPrefix(env.Host, "unix://") { // a local podman reaches only this machine
 		return nil, []vm.Option{vm.WithURL(env.Host)}
 	}
 	var local []string

@@ -107,7 +107,9 @@ echo "$a $b $c" >"$1.tmp"; mv "$1.tmp" "$1"; wait`, "sh", pidfile)
 		require.NoError(t, err)
 		procs = append(procs, p)
 	}
-	require.Len(t, marked(t, marker), 3)
+	// Until env has exec'd its sleep, the unmarked child still holds the
+	// marker.
+	require.Eventually(t, func() bool { return len(marked(t, marker)) == 3 }, 10*time.Second, 10*time.Millisecond)
 	return procs
 }
 
