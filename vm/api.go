@@ -259,9 +259,8 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 // TimedOut set and an error matching [context.DeadlineExceeded] or
 // [context.Canceled].
 func (v *APIVM) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
-	removed := v.st.isRemoved()
 	res, err := v.runCmd(ctx, cmd)
-	return v.st.ended(cmd.Name, removed, res, err)
+	return v.st.ended(cmd.Name, res, err)
 }
 
 // runCmd is Run but for a Remove during the run.

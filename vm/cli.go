@@ -262,9 +262,8 @@ func (v *CLIVM) runArgs() []string {
 // returns the partial Result with TimedOut set and an error matching
 // [context.DeadlineExceeded] or [context.Canceled].
 func (v *CLIVM) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
-	removed := v.st.isRemoved()
 	res, err := v.runCmd(ctx, cmd)
-	return v.st.ended(cmd.Name, removed, res, err)
+	return v.st.ended(cmd.Name, res, err)
 }
 
 // runCmd is Run but for a Remove during the run.

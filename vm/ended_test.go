@@ -15,29 +15,27 @@ import (
 func TestEnded(t *testing.T) {
 	boom := errors.New("boom")
 	for _, c := range []struct {
-		name          string
-		removedBefore bool
-		removedNow    bool
-		res           *exec.Result
-		err           error
-		removed       bool
+		name       string
+		removedNow bool
+		res        *exec.Result
+		err        error
+		removed    bool
 	}{
-		{"not removed", false, false, &exec.Result{ExitCode: 137}, nil, false},
-		{"killed by the removal", false, true, &exec.Result{ExitCode: 137}, nil, true},
-		{"failed as the container went", false, true, nil, boom, true},
-		{"its own exit status", false, true, &exec.Result{ExitCode: 1}, nil, false},
-		{"podman's failure as the container went", false, true, &exec.Result{ExitCode: 125}, nil, true},
-		{"clean exit", false, true, &exec.Result{}, nil, false},
-		{"removed before the call", true, true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
-		{"invalid command", false, true, nil, fmt.Errorf("x: %w", exec.ErrInvalidCommand), false},
-		{"refused, Remove having begun since the call", false, true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
+		{"not removed", false, &exec.Result{ExitCode: 137}, nil, false},
+		{"killed by the removal", true, &exec.Result{ExitCode: 137}, nil, true},
+		{"failed as the container went", true, nil, boom, true},
+		{"its own exit status", true, &exec.Result{ExitCode: 1}, nil, false},
+		{"podman's failure as the container went", true, &exec.Result{ExitCode: 125}, nil, true},
+		{"clean exit", true, &exec.Result{}, nil, false},
+		{"invalid command", true, nil, fmt.Errorf("x: %w", exec.ErrInvalidCommand), false},
+		{"refused, Remove having begun", true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var s state
 			if c.removedNow {
 				s.markRemoved()
 			}
-			res, err := s.ended("sh", c.removedBefore, c.res, c.err)
+			res, err := s.ended("sh", c.res, c.err)
 			assert.Same(t, c.res, res)
 			assert.Equal(t, c.removed, errors.Is(err, ErrRemoved), "%v", err)
 			if c.err != nil {

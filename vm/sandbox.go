@@ -175,15 +175,14 @@ func (s *state) isRemoved() bool {
 	return s.removed
 }
 
-// ended reports a run that Remove cut short as such. removedBefore is
-// whether Remove had begun when Run was called (then Run failed with
-// ErrRemoved before starting anything). A run that Remove began during,
-// and that ended by an error, by a signal (the 137 of a process the
-// removal killed) or with podman's own failure status 125 (Podman 5's
-// CLI, when the container went mid-exec), was ended by Remove; any other
-// exit status stays data.
-func (s *state) ended(name string, removedBefore bool, res *exec.Result, err error) (*exec.Result, error) {
-	if removedBefore || !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
+// ended reports a run that Remove cut short as such. A run refused
+// before it started (an invalid command, or ErrRemoved already) is left
+// as it is. A run during which Remove began, and that ended by an error,
+// by a signal (the 137 of a process the removal killed) or with podman's
+// own failure status 125 (Podman 5's CLI, when the container went
+// mid-exec), was ended by Remove; any other exit status stays data.
+func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
+	if !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
 		return res, err
 	}
 	if err == nil && (res == nil || res.ExitCode <= 128 && res.ExitCode != 125) {
