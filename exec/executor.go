@@ -212,30 +212,25 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 // itself, but then Wait waits for that copy, and a reader that never
 // returns would hold Run forever; here the copy is ours, and the run stops
 // waiting for it once the process has exited.
+// With no Stdin, or a file the process reads directly, there is no pipe
+// and no copy: w is nil.
 type stdin struct {
-	src    io.Reader
-	child  *os.File // the process's end: src itself when it is a file; nil when src is nil
-	w      *os.File // our end
-	done   chan struct{}
-	err    error // the reader's, not the pipe's; set before done closes
-	closed sync.Once
+	src   io.Reader
+	child *os.File // the process's end: src itself when it is a file; nil when src is nil
+	w     *os.File // our end
+	done  chan struct{}
+	err   error // the reader's, not the pipe's; set before done closes
 }
 
 func newStdin(src io.Reader) (*stdin, error) {
-	in := &stdin{src: src, done: make(chan struct{})}
-	if f, ok := src.(*os.File); ok {
-		in.child = f // the process reads it directly; nothing to copy
-	}
-	if src == nil || in.child != nil {
-		close(in.done)
-		return in, nil
+	if f, ok := src.(*os.File); ok || src == nil {
+		return &stdin{child: f}, nil
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	in.child, in.w = r, w
-	return in, nil
+	return &stdin{src: src, child: r, w: w, done: make(chan struct{})}, nil
 }
 
 // start begins the copy, once the process holds its end of the pipe.
@@ -251,11 +246,9 @@ func (in *stdin) start() {
 			in.err = err
 		}
 		close(in.done)
-		in.closeW()
+		in.w.Close()
 	}()
 }
-
-func (in *stdin) closeW() { in.closed.Do(func() { in.w.Close() }) }
 
 // abandon closes the pipe when the process never started.
 func (in *stdin) abandon() {
@@ -286,7 +279,7 @@ func (in *stdin) stop() error {
 	if in.w == nil {
 		return nil
 	}
-	in.closeW()
+	in.w.Close() // a second Close, after the copy's, is harmless
 	select {
 	case <-in.done:
 		return in.err
