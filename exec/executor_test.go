@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -161,7 +162,7 @@ func TestRunStdinReadError(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
 	cmd := helper("cat")
-	cmd.Stdin = io.MultiReader(strings.NewReader("part"), iotestErrReader{boom})
+	cmd.Stdin = io.MultiReader(strings.NewReader("part"), iotest.ErrReader(boom))
 	res, err := host.Run(context.Background(), cmd)
 	require.ErrorIs(t, err, boom)
 	require.NotNil(t, res)
@@ -210,10 +211,6 @@ func TestRunStartFailureLeaksNoFD(t *testing.T) {
 	}
 	assert.LessOrEqual(t, count(), before+2, "descriptors open after 50 failed starts")
 }
-
-type iotestErrReader struct{ err error }
-
-func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
 
 func TestRunCapKeepsHeadAndTrueTail(t *testing.T) {
 	t.Parallel()

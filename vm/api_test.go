@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -442,16 +443,12 @@ func TestAPIRunStdin(t *testing.T) {
 	assert.True(t, sent.AttachStdin)
 
 	boom := errors.New("boom")
-	cmd.Stdin = io.MultiReader(strings.NewReader("in"), iotestErrReader{boom})
+	cmd.Stdin = io.MultiReader(strings.NewReader("in"), iotest.ErrReader(boom))
 	res, err := v.Run(context.Background(), cmd)
 	if assert.ErrorIs(t, err, boom) {
 		assert.NotNil(t, res)
 	}
 }
-
-type iotestErrReader struct{ err error }
-
-func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
 
 func TestAPIConcurrentRunsUnit(t *testing.T) {
 	t.Parallel()

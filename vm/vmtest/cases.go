@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/podvm/podvm/exec"
@@ -270,7 +271,7 @@ func Cases() []Case {
 					obs = append(obs, o)
 				}
 				boom := errors.New("stdin failed")
-				res, err, o := run(ctx, v, "failing", exec.Command{Name: "cat", Stdin: io.MultiReader(strings.NewReader("part"), failingReader{boom})})
+				res, err, o := run(ctx, v, "failing", exec.Command{Name: "cat", Stdin: io.MultiReader(strings.NewReader("part"), iotest.ErrReader(boom))})
 				if !errors.Is(err, boom) || res == nil || res.Stdout != "part" {
 					t.Errorf("a failing Stdin: got %+v, %v; want stdout \"part\" and an error wrapping %q", res, err, boom)
 				}
@@ -478,11 +479,6 @@ func (b blockingReader) Read([]byte) (int, error) {
 	<-b
 	return 0, io.EOF
 }
-
-// failingReader's Read fails with err.
-type failingReader struct{ err error }
-
-func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
 
 // writerFunc is a function as an io.Writer.
 type writerFunc func([]byte) (int, error)
