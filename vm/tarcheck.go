@@ -108,10 +108,8 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 		// An extractor may replace the destination itself with it.
 		return unsafe("names the destination, and is not a directory")
 	}
-	for dir := path.Dir(name); dir != "." && dir != "/"; dir = path.Dir(dir) {
-		if links[dir] {
-			return unsafe(fmt.Sprintf("lies beneath symlink %q", dir))
-		}
+	if l := symlinkAt(path.Dir(name), links); l != "" {
+		return unsafe(fmt.Sprintf("lies beneath symlink %q", l))
 	}
 	switch h.Typeflag {
 	case tar.TypeSymlink:
@@ -130,10 +128,8 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 		}
 		// A hard link to a symlink is a copy of that symlink at another
 		// depth, where its relative target may climb out.
-		for p := path.Clean(h.Linkname); p != "." && p != "/"; p = path.Dir(p) {
-			if links[p] {
-				return unsafe(fmt.Sprintf("hard link to %q, through or to symlink %q", h.Linkname, p))
-			}
+		if l := symlinkAt(path.Clean(h.Linkname), links); l != "" {
+			return unsafe(fmt.Sprintf("hard link to %q, through or to symlink %q", h.Linkname, l))
 		}
 	case tar.TypeChar, tar.TypeBlock:
 		return unsafe("device node")
@@ -143,6 +139,17 @@ func checkEntry(h *tar.Header, links map[string]bool) error {
 
 // escapes reports whether the cleaned relative path p climbs above its root.
 func escapes(p string) bool { return p == ".." || strings.HasPrefix(p, "../") }
+
+// symlinkAt returns the first of the cleaned relative path p and its
+// parents that is one of links, or "".
+func symlinkAt(p string, links map[string]bool) string {
+	for ; p != "." && p != "/"; p = path.Dir(p) {
+		if links[p] {
+			return p
+		}
+	}
+	return ""
+}
 
 // hasDotDot reports whether slash-separated p has a ".." component.
 func hasDotDot(p string) bool { return slices.Contains(strings.Split(p, "/"), "..") }
