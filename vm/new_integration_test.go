@@ -58,13 +58,17 @@ type service struct {
 	cmd  *osexec.Cmd
 }
 
-func startService(t *testing.T) *service {
+// startService starts a service on uri; "" means a unix socket of its own.
+func startService(t *testing.T, uri string) *service {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "podvm-svc-") // short: socket paths are limited
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &service{t: t, path: filepath.Join(dir, "s.sock")}
-	s.uri = "unix://" + s.path
+	s := &service{t: t, uri: uri}
+	if uri == "" {
+		dir, err := os.MkdirTemp("", "podvm-svc-") // short: socket paths are limited
+		require.NoError(t, err)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		s.path = filepath.Join(dir, "s.sock")
+		s.uri = "unix://" + s.path
+	}
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -110,10 +114,8 @@ func withoutEnv(env []string, key string) []string {
 // they work again; a VM made while it is down uses the CLI.
 func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	env := podmantest.Need(t)
-	if _, err := osexec.LookPath("podman"); err != nil {
-		t.Skip("needs the podman binary to run a service of its own")
-	}
-	svc := startService(t)
+	podmantest.NeedBinary(t, "podman") // to run a service of its own
+	svc := startService(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -246,9 +248,9 @@ func TestImageArchive(t *testing.T) {
 	env := podmantest.Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	archive := filepath.Join(t.TempDir(), "image.tar")
 	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
 		t.Run(string(backend), func(t *testing.T) {
+			archive := filepath.Join(t.TempDir(), "image.tar")
 			ref := fmt.Sprintf("localhost/podvm-archive-test:%s-%d", backend, time.Now().UnixNano())
 			podman(ctx, t, env, "tag", env.Image, ref)
 			podman(ctx, t, env, "save", "-q", "-o", archive, ref)
@@ -256,13 +258,7 @@ func TestImageArchive(t *testing.T) {
 			t.Cleanup(func() { podman(context.Background(), t, env, "rmi", "-i", ref) })
 
 			cfg := vm.Config{Image: ref, Pull: vm.PullNever, ImageArchive: archive}
-			v, err := vm.New(ctx, cfg, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
-			require.NoError(t, err)
-			require.NoError(t, v.Create(ctx))
-			defer v.Remove(context.Background())
-			res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"loaded"}})
-			require.NoError(t, err)
-			assert.Equal(t, "loaded\n", res.Stdout)
+			echoIn(ctx, t, cfg, "loaded", vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
 
 			cfg.Image = ref + "-absent"
 			missing, err := vm.New(ctx, cfg, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
@@ -277,28 +273,31 @@ func TestImageArchive(t *testing.T) {
 // the CLI backend through podman's --url.
 func TestTCPService(t *testing.T) {
 	env := podmantest.Need(t)
-	if _, err := osexec.LookPath("podman"); err != nil {
-		t.Skip("needs the podman binary to run a service of its own")
-	}
+	podmantest.NeedBinary(t, "podman") // to run a service of its own
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	svc := &service{t: t, uri: fmt.Sprintf("tcp://127.0.0.1:%d", port)}
-	svc.start()
-	t.Cleanup(svc.stop)
+	svc := startService(t, fmt.Sprintf("tcp://127.0.0.1:%d", port))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
 		t.Run(string(backend), func(t *testing.T) {
-			v, err := vm.New(ctx, vm.Config{Image: env.Image}, vm.WithURL(svc.uri), vm.WithBackend(backend), vm.WithPodman(env.Podman))
-			require.NoError(t, err)
-			require.NoError(t, v.Create(ctx))
-			defer v.Remove(context.Background())
-			res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"over tcp"}})
-			require.NoError(t, err)
-			assert.Equal(t, "over tcp\n", res.Stdout)
+			echoIn(ctx, t, vm.Config{Image: env.Image}, "over tcp", vm.WithURL(svc.uri), vm.WithBackend(backend), vm.WithPodman(env.Podman))
 		})
 	}
+}
+
+// echoIn creates a sandbox with vm.New, runs echo word in it, and removes
+// it when the test ends.
+func echoIn(ctx context.Context, t *testing.T, cfg vm.Config, word string, opts ...vm.Option) {
+	t.Helper()
+	v, err := vm.New(ctx, cfg, opts...)
+	require.NoError(t, err)
+	require.NoError(t, v.Create(ctx))
+	t.Cleanup(func() { assert.NoError(t, v.Remove(context.Background())) })
+	res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{word}})
+	require.NoError(t, err)
+	assert.Equal(t, word+"\n", res.Stdout)
 }

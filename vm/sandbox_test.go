@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/podmantest"
 )
 
 // The kill script runs under whatever /bin/sh the image has: dash on
@@ -23,16 +24,11 @@ import (
 // process tree beside an unmarked bystander.
 func TestKillScriptUnderEachShell(t *testing.T) {
 	shells := map[string][]string{"dash": {"dash"}, "bash": {"bash"}, "busybox ash": {"busybox", "sh"}}
-	ran := 0
 	for name, argv := range shells {
-		path, err := osexec.LookPath(argv[0])
-		if err != nil {
-			t.Logf("%s: not installed, not tested", name)
-			continue
-		}
-		ran++
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			// make podman installs busybox-static; Debian has dash and bash.
+			path := podmantest.NeedBinary(t, argv[0])
 			spec := newExecSpec(Config{}, exec.Command{Name: "sh"})
 			tree := startMarked(t, spec.Marker)
 			other := startMarked(t, newExecSpec(Config{}, exec.Command{Name: "sh"}).Marker)
@@ -53,9 +49,6 @@ func TestKillScriptUnderEachShell(t *testing.T) {
 			}
 			assert.Empty(t, marked(t, spec.Marker), "marked processes left under %s", name)
 		})
-	}
-	if ran == 0 {
-		t.Fatal("no POSIX shell to test the kill script with")
 	}
 }
 

@@ -5,7 +5,9 @@
 package podmantest
 
 import (
+	"fmt"
 	"os"
+	osexec "os/exec"
 	"testing"
 )
 
@@ -44,11 +46,26 @@ func Need(t testing.TB) Env {
 		e.Podman = "podman"
 	}
 	if e.Host == "" || e.Image == "" {
-		msg := "integration test needs Podman: set CONTAINER_HOST and PODVM_TEST_IMAGE (`eval \"$(scripts/podman-up.sh)\"`, or run `make test`)"
-		if Required() {
-			t.Fatal(msg + "; failing because CI=true or PODVM_REQUIRE_PODMAN=1")
-		}
-		t.Skip(msg)
+		skipOrFail(t, "integration test needs Podman: set CONTAINER_HOST and PODVM_TEST_IMAGE (`eval \"$(scripts/podman-up.sh)\"`, or run `make test`)")
 	}
 	return e
+}
+
+// NeedBinary returns the path of the program name, or skips t (fails it
+// when [Required]): `make podman` installs every program the tests need.
+func NeedBinary(t testing.TB, name string) string {
+	t.Helper()
+	path, err := osexec.LookPath(name)
+	if err != nil {
+		skipOrFail(t, fmt.Sprintf("test needs %s: %v (`make podman` installs it)", name, err))
+	}
+	return path
+}
+
+func skipOrFail(t testing.TB, msg string) {
+	t.Helper()
+	if Required() {
+		t.Fatal(msg + "; failing because CI=true or PODVM_REQUIRE_PODMAN=1")
+	}
+	t.Skip(msg)
 }
