@@ -42,5 +42,22 @@ func FuzzConfig(f *testing.F) {
 				t.Fatalf("mount spec %q does not split into source, target, ro", argv[i+1])
 			}
 		}
+		// Each value, where it was put: the flag's argument is the field.
+		d := cfg.withDefaults()
+		want := map[string]string{"--name": name, "--workdir": workdir, "--user": user,
+			"--network": d.Network, "--env": env, "-v": src + ":" + dst + ":ro"}
+		for i := 0; i < len(argv)-1; i++ {
+			if w, ok := want[argv[i]]; ok {
+				if argv[i+1] != w {
+					t.Fatalf("%s %q, want %q: %q", argv[i], argv[i+1], w, argv)
+				}
+				delete(want, argv[i])
+			}
+		}
+		for flag, w := range want {
+			if w != "" {
+				t.Fatalf("%s %q is missing: %q", flag, w, argv)
+			}
+		}
 	})
 }

@@ -52,4 +52,5 @@ func ExampleNewCLIVM() {
 	host := exec.Restrict(exec.NewCommandExecutor(), exec.Policy{Grants: []string{"exec:podman"}})
 	box, err := vm.NewCLIVM(vm.Config{Image: "localhost/podvm-test:latest"}, host, vm.WithURL("unix:///run/podman/podman.sock"))
 	fmt.Println(box != nil, err)
+	// Output: true <nil>
 }
