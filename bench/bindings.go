@@ -15,6 +15,8 @@ import (
 	dockercontainer "github.com/docker/docker/api/types/container"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -35,6 +37,27 @@ func connectBindings(ctx context.Context, uri string, labels map[string]string) 
 		return nil, fmt.Errorf("bindings.NewConnection: %w", err)
 	}
 	return &podmanBindings{conn: conn, labels: labels}, nil
+}
+
+// close lets the connection's idle HTTP connections go.
+func (b *podmanBindings) close() {
+	if c, err := bindings.GetClient(b.conn); err == nil {
+		c.Client.CloseIdleConnections()
+	}
+}
+
+// connectedLifecycle connects to uri, then makes a lifecycle: what
+// vm.NewAPIVM does for each sandbox, so that APIVM's row and this one
+// both pay for a connection.
+func connectedLifecycle(uri string, labels map[string]string, image string) op {
+	return func(ctx context.Context) error {
+		b, err := connectBindings(ctx, uri, labels)
+		if err != nil {
+			return err
+		}
+		defer b.close()
+		return b.lifecycle(image)(ctx)
+	}
 }
 
 // exec runs argv in container id with ExecCreate, ExecStartAndAttach and
@@ -81,17 +104,18 @@ func (b *podmanBindings) execRoundTrip(id string) op {
 	}
 }
 
-// execStream streams n bytes into w, which must count them.
-func (b *podmanBindings) execStream(id string, n int64, w func() io.Writer) op {
+// execStream streams n bytes into a capture capped as podvm's is by
+// default, so that both sides do the same work with the bytes.
+func (b *podmanBindings) execStream(id string, n int64) op {
 	return func(ctx context.Context) error {
 		var stderr bytes.Buffer
-		var got counter
-		code, err := b.exec(ctx, id, streamArgv(n), io.MultiWriter(&got, w()), &stderr)
+		out := capture.New(exec.DefaultMaxOutputBytes)
+		code, err := b.exec(ctx, id, streamArgv(n), out, &stderr)
 		switch {
 		case err != nil:
 			return err
-		case code != 0 || int64(got) != n:
-			return fmt.Errorf("streamed %d bytes, exit %d, want %d bytes, exit 0: %s", got, code, n, stderr.String())
+		case code != 0 || out.Total() != n:
+			return fmt.Errorf("streamed %d bytes, exit %d, want %d bytes, exit 0: %s", out.Total(), code, n, stderr.String())
 		}
 		return nil
 	}

@@ -22,12 +22,17 @@ func (r rate) perSecond() float64 {
 }
 
 // hammerEach runs callers goroutines at once, each with its own operation
-// from mk, which it starts again and again until window has passed, and
+// from mk (made before the window opens: a caller's setup is not charged
+// to it), which it starts again and again until window has passed, and
 // counts the operations that succeeded per second, from the start until
 // the last one ended. A panic counts as a failure instead of crashing the
 // bench; calls that outlive the window by more than opTimeout are
 // abandoned and counted as a failure.
 func hammerEach(ctx context.Context, mk func() op, callers int, window time.Duration) rate {
+	ops := make([]op, callers)
+	for i := range ops {
+		ops[i] = mk()
+	}
 	var (
 		mu  sync.Mutex
 		r   rate
@@ -59,8 +64,7 @@ func hammerEach(ctx context.Context, mk func() op, callers int, window time.Dura
 		mu.Unlock()
 	}
 	start := time.Now()
-	for range callers {
-		o := mk()
+	for _, o := range ops {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
 				call(o)

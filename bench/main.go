@@ -292,9 +292,7 @@ func (b *bench) execRoundTrips(ctx context.Context) error {
 	// time, so the difference around a call is that call's.
 	held := make([]leak, len(alts))
 	for i := range alts {
-		if o := alts[i].op; o != nil {
-			alts[i].op = held[i].track(o)
-		}
+		alts[i].held = &held[i]
 	}
 	var err error
 	b.execRes, err = measure(ctx, "exec round trip", alts, b.sz.warm, b.sz.exec, b.sz.budget)
@@ -313,7 +311,7 @@ func (b *bench) lifecycles(ctx context.Context) error {
 	}
 	alts = append(alts,
 		alt{name: nameCLIPair, op: b.p.lifecycle(b.image)},
-		alt{name: nameBindingsLife, op: b.bind.lifecycle(b.image)},
+		alt{name: nameBindingsLife, op: connectedLifecycle(b.host, b.p.labels, b.image)},
 	)
 	var err error
 	b.lifeRes, err = measure(ctx, "lifecycle", alts, min(b.sz.warm, 1), b.sz.lifecycle, b.sz.budget)
@@ -329,7 +327,7 @@ func (b *bench) streams(ctx context.Context) error {
 	alts = append(alts,
 		alt{name: nameCLIStream, op: b.p.execStream(b.base, n)},
 		alt{name: nameCLIPipe, op: b.p.execStreamPipe(b.base, n)},
-		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n, discard)},
+		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n)},
 		b.runcAlt(nameRuncStream, func(r *runc) op { return r.execStream(b.base, n) }),
 	)
 	var err error
@@ -345,7 +343,7 @@ func (b *bench) memory(ctx context.Context) error {
 	for _, be := range backends {
 		alts = append(alts, b.vmAlt(be, func(v vm.VM) op { return vmStream(v, n) }))
 	}
-	alts = append(alts, alt{name: nameBindingsCapped, op: b.bind.execStream(b.base, n, capped)})
+	alts = append(alts, alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n)})
 	for _, a := range alts {
 		progress("memory: %s", a.name)
 		if a.skip != "" {

@@ -284,13 +284,3 @@ func (r *runc) execRoundTrip(id string) op {
 func (r *runc) execStream(id string, n int64) op {
 	return func(ctx context.Context) error { return toDevNull(r.command(ctx, id, streamArgv(n))) }
 }
-
-// counter is an io.Writer that counts and discards.
-type counter int64
-
-func (c *counter) Write(p []byte) (int, error) {
-	*c += counter(len(p))
-	return len(p), nil
-}
-
-var _ io.Writer = (*counter)(nil)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,9 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/podvm/podvm/exec"
-	"github.com/podvm/podvm/internal/capture"
 )
 
 // Row names of the alternatives that are not podvm.
@@ -21,34 +17,27 @@ const (
 	nameBindings       = "bindings: ExecCreate + ExecStartAndAttach + ExecInspect"
 	nameRunc           = "`runc exec` (the floor)"
 	nameCLIPair        = "`podman run -d` + `podman exec` + `podman rm -f -t 0`"
-	nameBindingsLife   = "bindings: CreateWithSpec + Start + exec + Remove"
+	nameBindingsLife   = "bindings: NewConnection + CreateWithSpec + Start + exec + Remove"
 	nameCLIStream      = "`podman exec … > /dev/null`"
 	nameCLIPipe        = "`podman exec …` read through a pipe, discarded"
-	nameBindingsStream = "bindings, counted and discarded"
+	nameBindingsStream = "bindings into a 1 MiB capped capture"
 	nameRuncStream     = "`runc exec … > /dev/null` (the floor)"
-	nameBindingsCapped = "bindings into a 1 MiB capped buffer"
 	nameBindingsShared = "bindings, one shared connection"
 	nameBindingsOwn    = "bindings, one connection per caller"
 	nameAPIVM          = "podvm APIVM"
 	nameCLIVM          = "podvm CLIVM"
 )
 
-// Writers for the bindings' streams.
-func discard() io.Writer { return io.Discard }
-func capped() io.Writer  { return capture.New(exec.DefaultMaxOutputBytes) }
+// leak counts what timed calls left open: file descriptors and
+// goroutines, counted by measure around each call, outside its timing.
+type leak struct{ calls, fds, goroutines, f0, g0 int }
 
-// leak counts what calls left open: file descriptors and goroutines.
-type leak struct{ calls, fds, goroutines int }
+func (l *leak) before() { l.f0, l.g0 = openFDs(), runtime.NumGoroutine() }
 
-func (l *leak) track(o op) op {
-	return func(ctx context.Context) error {
-		f0, g0 := openFDs(), runtime.NumGoroutine()
-		err := o(ctx)
-		l.calls++
-		l.fds += openFDs() - f0
-		l.goroutines += runtime.NumGoroutine() - g0
-		return err
-	}
+func (l *leak) after() {
+	l.calls++
+	l.fds += openFDs() - l.f0
+	l.goroutines += runtime.NumGoroutine() - l.g0
 }
 
 // String describes a leak, "" when the descriptors stay within what a

@@ -21,6 +21,8 @@ type alt struct {
 	op   op
 	// skip, when not empty, says why the alternative is not measured.
 	skip string
+	// held, if set, counts what each timed call leaves open.
+	held *leak
 }
 
 // series is what measure recorded for one alternative.
@@ -110,9 +112,15 @@ func measure(ctx context.Context, what string, alts []alt, warm, n int, budget t
 			if !live(i) {
 				continue
 			}
+			if h := alts[i].held; h != nil {
+				h.before()
+			}
 			t0 := time.Now()
 			err := alts[i].op(ctx)
 			d := time.Since(t0)
+			if h := alts[i].held; h != nil {
+				h.after()
+			}
 			if ctx.Err() != nil {
 				return out, ctx.Err()
 			}
