@@ -96,16 +96,17 @@ func run() int {
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])
 	token := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(tok[:])
+	hostname, _ := os.Hostname()
 	b := &bench{
 		sz:    sz,
 		quick: *q,
-		host:  host,
-		image: image,
-		token: token,
+		// podvm's own labels, so that vm.Reap removes what a killed run left.
 		p: &podman{bin: podmanBin(), url: host, labels: map[string]string{
-			vm.LabelManaged:  "true",
-			vm.LabelOwnerPID: strconv.Itoa(os.Getpid()),
-			labelRun:         token,
+			vm.LabelManaged:   "true",
+			vm.LabelOwnerPID:  strconv.Itoa(os.Getpid()),
+			vm.LabelOwnerHost: hostname,
+			vm.LabelCreated:   strconv.FormatInt(time.Now().Unix(), 10),
+			labelRun:          token,
 		}},
 	}
 	b.cfg = vm.Config{Image: image, Labels: map[string]string{labelRun: token}}
@@ -138,11 +139,10 @@ func podmanBin() string {
 
 // bench holds one run: its setup, its sandboxes and its results.
 type bench struct {
-	sz                 sizes
-	quick              bool
-	host, image, token string
-	cfg                vm.Config
-	p                  *podman
+	sz    sizes
+	quick bool
+	cfg   vm.Config // the podvm sandboxes'; its Image is every sandbox's
+	p     *podman   // its url is the service's; its labels mark this run
 
 	base    string            // the sandbox the non-podvm alternatives exec in
 	bind    *podmanBindings   // one shared connection
@@ -203,16 +203,16 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		return err
 	}
 	progress("setting up")
-	if b.base, err = b.p.start(ctx, b.image); err != nil {
+	if b.base, err = b.p.start(ctx, b.cfg.Image); err != nil {
 		return fmt.Errorf("starting the reference sandbox: %w", err)
 	}
-	if b.bind, err = connectBindings(ctx, b.host, b.p.labels); err != nil {
+	if b.bind, err = connectBindings(ctx, b.p.url, b.p.labels); err != nil {
 		return err
 	}
-	b.runtime, b.rtErr = findRuntime(ctx, b.p, b.base)
+	b.runtime, b.rtErr = findRuntime(ctx, b.env.rtName, b.env.rtPath, b.base)
 	b.vms, b.vmErr = map[string]vm.VM{}, map[string]string{}
 	for _, be := range backends {
-		v, err := be.new(ctx, b.host, b.cfg)
+		v, err := be.new(ctx, b.p.url, b.cfg)
 		if err == nil {
 			b.vms[be.name] = v // Remove is safe after a failed Create
 			err = v.Create(ctx)
@@ -262,13 +262,18 @@ func (b *bench) checkSandboxes(ctx context.Context) error {
 	return nil
 }
 
-// vmAlt is the alternative of backend be built by mk from its sandbox, or
-// a skipped one saying why there is none.
-func (b *bench) vmAlt(be backend, mk func(vm.VM) op) alt {
-	if why, bad := b.vmErr[be.name]; bad {
-		return alt{name: be.name, skip: why}
+// vmAlts are podvm's alternatives, one per backend, built by mk from the
+// backend's sandbox, or skipped saying why there is none.
+func (b *bench) vmAlts(mk func(vm.VM) op) []alt {
+	var alts []alt
+	for _, be := range backends {
+		if why, bad := b.vmErr[be.name]; bad {
+			alts = append(alts, alt{name: be.name, skip: why})
+			continue
+		}
+		alts = append(alts, alt{name: be.name, op: mk(b.vms[be.name])})
 	}
-	return alt{name: be.name, op: mk(b.vms[be.name])}
+	return alts
 }
 
 func (b *bench) runcAlt(name string, mk func(*runc) op) alt {
@@ -279,11 +284,7 @@ func (b *bench) runcAlt(name string, mk func(*runc) op) alt {
 }
 
 func (b *bench) execRoundTrips(ctx context.Context) error {
-	var alts []alt
-	for _, be := range backends {
-		alts = append(alts, b.vmAlt(be, vmRoundTrip))
-	}
-	alts = append(alts,
+	alts := append(b.vmAlts(vmRoundTrip),
 		alt{name: nameCLIExec, op: b.p.execRoundTrip(b.base)},
 		alt{name: nameBindings, op: b.bind.execRoundTrip(b.base)},
 		b.runcAlt(nameRunc, func(r *runc) op { return r.execRoundTrip(b.base) }),
@@ -307,24 +308,20 @@ func (b *bench) execRoundTrips(ctx context.Context) error {
 func (b *bench) lifecycles(ctx context.Context) error {
 	var alts []alt
 	for _, be := range backends {
-		alts = append(alts, alt{name: be.name, op: vmLifecycle(be, b.host, b.cfg)})
+		alts = append(alts, alt{name: be.name, op: vmLifecycle(be, b.p.url, b.cfg)})
 	}
 	alts = append(alts,
-		alt{name: nameCLIPair, op: b.p.lifecycle(b.image)},
-		alt{name: nameBindingsLife, op: connectedLifecycle(b.host, b.p.labels, b.image)},
+		alt{name: nameCLIPair, op: b.p.lifecycle(b.cfg.Image)},
+		alt{name: nameBindingsLife, op: connectedLifecycle(b.p.url, b.p.labels, b.cfg.Image)},
 	)
 	var err error
-	b.lifeRes, err = measure(ctx, "lifecycle", alts, min(b.sz.warm, 1), b.sz.lifecycle, b.sz.budget)
+	b.lifeRes, err = measure(ctx, "lifecycle", alts, 1, b.sz.lifecycle, b.sz.budget)
 	return err
 }
 
 func (b *bench) streams(ctx context.Context) error {
 	n := b.sz.streamBytes
-	var alts []alt
-	for _, be := range backends {
-		alts = append(alts, b.vmAlt(be, func(v vm.VM) op { return vmStream(v, n) }))
-	}
-	alts = append(alts,
+	alts := append(b.vmAlts(func(v vm.VM) op { return vmStream(v, n) }),
 		alt{name: nameCLIStream, op: b.p.execStream(b.base, n)},
 		alt{name: nameCLIPipe, op: b.p.execStreamPipe(b.base, n)},
 		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n)},
@@ -339,11 +336,8 @@ func (b *bench) streams(ctx context.Context) error {
 // earlier comparisons warmed them up.
 func (b *bench) memory(ctx context.Context) error {
 	n := b.sz.memBytes
-	var alts []alt
-	for _, be := range backends {
-		alts = append(alts, b.vmAlt(be, func(v vm.VM) op { return vmStream(v, n) }))
-	}
-	alts = append(alts, alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n)})
+	alts := append(b.vmAlts(func(v vm.VM) op { return vmStream(v, n) }),
+		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n)})
 	for _, a := range alts {
 		progress("memory: %s", a.name)
 		if a.skip != "" {
@@ -366,15 +360,14 @@ func (b *bench) concurrency(ctx context.Context) error {
 		skip string
 	}
 	var alts []cAlt
-	for _, be := range backends {
-		a := b.vmAlt(be, vmRoundTrip)
+	for _, a := range b.vmAlts(vmRoundTrip) {
 		alts = append(alts, cAlt{name: a.name, skip: a.skip, mk: func() op { return a.op }})
 	}
 	alts = append(alts,
 		cAlt{name: nameCLIExec, mk: func() op { return b.p.execRoundTrip(b.base) }},
 		cAlt{name: nameBindingsShared, mk: func() op { return b.bind.execRoundTrip(b.base) }},
 		cAlt{name: nameBindingsOwn, mk: func() op {
-			own, err := connectBindings(ctx, b.host, b.p.labels)
+			own, err := connectBindings(ctx, b.p.url, b.p.labels)
 			if err != nil {
 				return func(context.Context) error { return err }
 			}
@@ -414,7 +407,7 @@ func (b *bench) cleanup() error {
 			errs = append(errs, fmt.Errorf("%s: Remove: %w", name, err))
 		}
 	}
-	if err := b.p.removeLabelled(ctx, labelRun, b.token); err != nil {
+	if err := b.p.removeLabelled(ctx, labelRun, b.p.labels[labelRun]); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -423,6 +416,7 @@ func (b *bench) cleanup() error {
 // environment is what the header says about the machine and the service.
 type environment struct {
 	server, api, runtime, kernel, cpu, mem, goVersion string
+	rtName, rtPath                                    string // the OCI runtime's, from podman info
 	loadStart, loadEnd                                string // 1-minute load averages
 	cpus                                              int
 }
@@ -434,8 +428,13 @@ func probeEnvironment(ctx context.Context, p *podman) (environment, error) {
 		return e, fmt.Errorf("is the Podman service at %s up? %w", p.url, err)
 	}
 	e.server, e.api, _ = strings.Cut(v, "\t")
-	if rt, err := p.output(ctx, "info", "--format", "{{.Host.OCIRuntime.Version}}"); err == nil {
-		e.runtime, _, _ = strings.Cut(rt, "\n")
+	// The version goes last: it may span lines.
+	if rt, err := p.output(ctx, "info", "--format", "{{.Host.OCIRuntime.Name}}\t{{.Host.OCIRuntime.Path}}\t{{.Host.OCIRuntime.Version}}"); err == nil {
+		f := strings.SplitN(rt, "\t", 3)
+		if len(f) == 3 {
+			e.rtName, e.rtPath = f[0], f[1]
+			e.runtime, _, _ = strings.Cut(f[2], "\n")
+		}
 	}
 	e.fillMachine()
 	e.loadStart = loadAverage()

@@ -128,15 +128,19 @@ func (p *podman) removeLabelled(ctx context.Context, k, v string) error {
 // two streams captured.
 func (p *podman) execRoundTrip(id string) op {
 	return func(ctx context.Context) error {
-		c := p.command(ctx, append([]string{"exec", id}, roundTripArgv...)...)
-		var stdout, stderr bytes.Buffer
-		c.Stdout, c.Stderr = &stdout, &stderr
-		code, err := exitCode(c.Run())
-		if err != nil {
-			return fmt.Errorf("podman exec: %w", err)
-		}
-		return checkRoundTrip(stdout.String(), stderr.String(), code)
+		return runRoundTrip(p.command(ctx, append([]string{"exec", id}, roundTripArgv...)...))
 	}
+}
+
+// runRoundTrip runs c, a round trip through some exec, and checks it.
+func runRoundTrip(c *osexec.Cmd) error {
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	code, err := exitCode(c.Run())
+	if err != nil {
+		return fmt.Errorf("%s exec: %w", filepath.Base(c.Path), err)
+	}
+	return checkRoundTrip(stdout.String(), stderr.String(), code)
 }
 
 // execStream is `podman exec ID head -c n /dev/zero > /dev/null`: the
@@ -196,15 +200,11 @@ func removeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 }
 
-// toDevNull runs c with stdout on /dev/null and fails unless it exits 0.
+// toDevNull runs c with stdout on /dev/null (os/exec's nil Stdout) and
+// fails unless it exits 0.
 func toDevNull(c *osexec.Cmd) error {
-	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer null.Close()
 	var stderr bytes.Buffer
-	c.Stdout, c.Stderr = null, &stderr
+	c.Stderr = &stderr
 	code, err := exitCode(c.Run())
 	switch {
 	case err != nil:
@@ -234,18 +234,13 @@ type runc struct {
 	bin, root string
 }
 
-// findRuntime finds the OCI runtime the service uses for container id and
-// the state directory it keeps it in (Podman passes --root only when it
+// findRuntime finds, for the OCI runtime the service uses (name and path
+// as podman info gives them), the state directory it keeps container id in (Podman passes --root only when it
 // is not the runtime's default: /run/NAME as root, $XDG_RUNTIME_DIR/NAME
 // rootless). It verifies the pair with `RUNTIME --root DIR state ID`.
-func findRuntime(ctx context.Context, p *podman, id string) (*runc, error) {
-	info, err := p.output(ctx, "info", "--format", "{{.Host.OCIRuntime.Name}}\t{{.Host.OCIRuntime.Path}}")
-	if err != nil {
-		return nil, err
-	}
-	name, path, _ := strings.Cut(info, "\t")
+func findRuntime(ctx context.Context, name, path, id string) (*runc, error) {
 	if name == "" || path == "" {
-		return nil, fmt.Errorf("podman info names no OCI runtime (%q)", info)
+		return nil, fmt.Errorf("podman info names no OCI runtime")
 	}
 	roots := []string{filepath.Join("/run", name)}
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
@@ -268,16 +263,7 @@ func (r *runc) command(ctx context.Context, id string, argv []string) *osexec.Cm
 
 // execRoundTrip is `runc --root DIR exec ID sh -c ...`.
 func (r *runc) execRoundTrip(id string) op {
-	return func(ctx context.Context) error {
-		c := r.command(ctx, id, roundTripArgv)
-		var stdout, stderr bytes.Buffer
-		c.Stdout, c.Stderr = &stdout, &stderr
-		code, err := exitCode(c.Run())
-		if err != nil {
-			return fmt.Errorf("runc exec: %w", err)
-		}
-		return checkRoundTrip(stdout.String(), stderr.String(), code)
-	}
+	return func(ctx context.Context) error { return runRoundTrip(r.command(ctx, id, roundTripArgv)) }
 }
 
 // execStream is `runc exec ID head -c n /dev/zero > /dev/null`.

@@ -15,8 +15,17 @@ type backend struct {
 	new  func(ctx context.Context, host string, cfg vm.Config) (vm.VM, error)
 }
 
-// backends are podvm's, in table order; podvm_backends.go registers them.
-var backends []backend
+// backends are podvm's, in table order, both against the same service:
+// the API one with its own connection per VM, the CLI one running
+// `podman --url URL`.
+var backends = []backend{
+	{name: nameAPIVM, new: func(ctx context.Context, host string, cfg vm.Config) (vm.VM, error) {
+		return vm.NewAPIVM(ctx, host, cfg)
+	}},
+	{name: nameCLIVM, new: func(_ context.Context, host string, cfg vm.Config) (vm.VM, error) {
+		return vm.NewCLIVM(cfg, exec.NewCommandExecutor(), vm.WithURL(host))
+	}},
+}
 
 // roundTripCommand is roundTripArgv as an exec.Command.
 var roundTripCommand = exec.Command{Name: roundTripArgv[0], Args: roundTripArgv[1:]}

@@ -129,9 +129,9 @@ func (b *bench) report(w io.Writer) {
 	}
 	fmt.Fprintf(w, "### podvm benchmark, %s\n\n", b.started.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(w, "Podman %s server (API %s, %s) over %s; image `%s`; Linux %s, %d CPUs (%s), %s RAM; %s; %s, %s in all. ",
-		e.server, e.api, e.runtime, scheme(b.host), b.image, e.kernel, e.cpus, e.cpu, e.mem, e.goVersion, mode,
+		e.server, e.api, e.runtime, scheme(b.p.url), b.cfg.Image, e.kernel, e.cpus, e.cpu, e.mem, e.goVersion, mode,
 		time.Since(b.started).Round(time.Second))
-	fmt.Fprintf(w, "Load average %s at the start, %s at the end. The alternatives run round-robin after %d warm-up round(s); p50 and p90 by nearest rank.\n",
+	fmt.Fprintf(w, "Load average %s at the start, %s at the end. The alternatives run round-robin after warm-up rounds (%d before the exec round trips, 1 before the other comparisons); p50 and p90 by nearest rank.\n",
 		e.loadStart, e.loadEnd, b.sz.warm)
 	if len(b.execRes) > 0 {
 		b.reportExec(w)
@@ -153,22 +153,21 @@ func (b *bench) report(w io.Writer) {
 }
 
 func (b *bench) reportExec(w io.Writer) {
-	fmt.Fprintf(w, "\n**Exec round trip** of `%s` in one running sandbox, %s\n\n", shellLine(roundTripArgv), runs(b.execRes))
-	floor := find(b.execRes, nameRunc)
-	fmt.Fprintln(w, "| how | p50 | p90 | p50 vs runc | failures |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
-	for _, s := range b.execRes {
-		fmt.Fprintln(w, row(s, floor))
-	}
+	reportP50(w, fmt.Sprintf("**Exec round trip** of `%s` in one running sandbox,", shellLine(roundTripArgv)), b.execRes, nameRunc, "runc")
 }
 
 func (b *bench) reportLifecycle(w io.Writer) {
-	fmt.Fprintf(w, "\n**Sandbox lifecycle**: create, start, the round trip, remove; %s\n\n", runs(b.lifeRes))
-	pair := find(b.lifeRes, nameCLIPair)
-	fmt.Fprintln(w, "| how | p50 | p90 | p50 vs CLI | failures |")
+	reportP50(w, "**Sandbox lifecycle**: create, start, the round trip, remove;", b.lifeRes, nameCLIPair, "CLI")
+}
+
+// reportP50 is a table of ss with each p50 as a ratio to base's.
+func reportP50(w io.Writer, caption string, ss []*series, base, baseLabel string) {
+	fmt.Fprintf(w, "\n%s %s\n\n", caption, runs(ss))
+	ref := find(ss, base)
+	fmt.Fprintf(w, "| how | p50 | p90 | p50 vs %s | failures |\n", baseLabel)
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
-	for _, s := range b.lifeRes {
-		fmt.Fprintln(w, row(s, pair))
+	for _, s := range ss {
+		fmt.Fprintln(w, row(s, ref))
 	}
 }
 
