@@ -6,15 +6,11 @@
 # and are neither reported nor touched.
 set -eu
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
+. "$REPO/scripts/lib.sh"
 eval "$("$REPO/scripts/podman-up.sh")"
-podman() { command podman --url "$CONTAINER_HOST" "$@"; }
-leaks=""
-for line in $(podman ps -a --filter label=io.podvm.managed --format '{{.ID}},{{index .Labels "io.podvm.owner.pid"}}'); do
-	id=${line%%,*} pid=${line#*,}
-	case $pid in '' | *[!0-9]*) ;; *) kill -0 "$pid" 2>/dev/null && continue ;; esac
-	leaks="$leaks $id"
-done
+leaks=$(podvm_ended_containers podman "$CONTAINER_HOST" | cut -c1-12)
 [ -z "$leaks" ] && exit 0
+podman() { command podman --url "$CONTAINER_HOST" "$@"; }
 echo "check-leaks: podvm containers left behind by ended processes:" >&2
 # shellcheck disable=SC2086 # one ID per word
 podman ps -a --filter label=io.podvm.managed --format '{{.ID}} {{.Names}} {{.Labels}}' | grep -F "$(printf '%s\n' $leaks)" >&2 || true

@@ -22,6 +22,7 @@
 set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
+. "$REPO/scripts/lib.sh"
 STATE=${PODVM_STATE:-$REPO/.podvm}
 OUT=$STATE/matrix
 GO=${GO:-go}
@@ -54,17 +55,9 @@ run() (
 	version=$(curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
 		grep -o '"Version":"[^"]*"' | head -n 1 | cut -d'"' -f4)
 	echo "$version" >"$OUT/$server.version"
-	# podvm's containers whose owner process has ended: a live owner's
-	# (a demo, a benchmark beside this run) are not this run's leaks.
-	podvm_containers() {
-		"$cli" --url "$CONTAINER_HOST" ps -a --no-trunc --filter label=io.podvm.managed \
-			--format '{{.ID}} {{index .Labels "io.podvm.owner.pid"}}' |
-			while read -r id pid; do
-				case $pid in '' | *[!0-9]*) ;; *) kill -0 "$pid" 2>/dev/null && continue ;; esac
-				echo "$id"
-			done | sort
-	}
-	podvm_containers >"$OUT/$server.before"
+	# A live owner's containers (a demo, a benchmark beside this run) are
+	# not this run's leaks.
+	podvm_ended_containers "$cli" "$CONTAINER_HOST" >"$OUT/$server.before"
 	log "$server (Podman $version): go test, output in $OUT/$server.log"
 	start=$(date +%s)
 	status=0
@@ -72,7 +65,7 @@ run() (
 	tail -n 3 "$OUT/$server.log" >&2
 	log "$server: go test exit status $status after $(($(date +%s) - start)) s"
 	[ $status = 0 ] || echo "$status" >"$OUT/$server.failed"
-	podvm_containers | comm -13 "$OUT/$server.before" - >"$OUT/$server.leaks"
+	podvm_ended_containers "$cli" "$CONTAINER_HOST" | comm -13 "$OUT/$server.before" - >"$OUT/$server.leaks"
 	if [ -s "$OUT/$server.leaks" ]; then
 		log "$server: podvm containers left behind: $(cut -c1-12 "$OUT/$server.leaks" | tr '\n' ' ')"
 	fi
