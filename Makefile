@@ -42,7 +42,8 @@ lint: ## gofmt, go vet, tag-free builds with and without cgo
 FUZZTIME ?= 20s
 fuzz: ## run every fuzz target for FUZZTIME each (default 20s); found inputs land in testdata/fuzz
 	@set -e; for pkg in $$($(GO) list ./...); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+		list=$$($(GO) test -list '^Fuzz' $$pkg) || exit 1; \
+		for f in $$(echo "$$list" | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
