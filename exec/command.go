@@ -170,6 +170,22 @@ type Result struct {
 	// StdoutBytes and StderrBytes count every byte each stream produced,
 	// captured or not.
 	StdoutBytes, StderrBytes int64
+	// Usage is the run's resource usage as the kernel counted it, or nil
+	// when it is not known (see [Usage] for where each executor gets it).
+	Usage *Usage
+}
+
+// Usage is the resource usage of one run, as the kernel counted it. Both
+// the host executor and the sandbox agent report it in this form.
+type Usage struct {
+	// UserCPU and SystemCPU are the CPU time spent in user and kernel
+	// mode by the run's processes: the whole tree where the run was
+	// contained (a cgroup, or the agent's subreaper), else the command
+	// and the descendants it waited for.
+	UserCPU, SystemCPU time.Duration
+	// PeakRSS is the peak resident memory in bytes: of the run's cgroup
+	// as a whole where there is one, else of its largest single process.
+	PeakRSS int64
 }
 
 // StdoutTail returns the last n lines of stdout, always from the true end

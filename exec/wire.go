@@ -55,19 +55,28 @@ func (c *Command) UnmarshalJSON(data []byte) error {
 
 // resultWire is Result's JSON form.
 type resultWire struct {
-	Stdout      string  `json:"stdout"`
-	Stderr      string  `json:"stderr"`
-	ExitCode    int     `json:"exit_code"`
-	DurationMS  float64 `json:"duration_ms"`
-	TimedOut    bool    `json:"is_timeout"`
-	Truncated   bool    `json:"truncated"`
-	StdoutBytes int64   `json:"stdout_bytes"`
-	StderrBytes int64   `json:"stderr_bytes"`
+	Stdout      string     `json:"stdout"`
+	Stderr      string     `json:"stderr"`
+	ExitCode    int        `json:"exit_code"`
+	DurationMS  float64    `json:"duration_ms"`
+	TimedOut    bool       `json:"is_timeout"`
+	Truncated   bool       `json:"truncated"`
+	StdoutBytes int64      `json:"stdout_bytes"`
+	StderrBytes int64      `json:"stderr_bytes"`
+	Usage       *usageWire `json:"usage,omitempty"`
+}
+
+// usageWire is Usage's JSON form.
+type usageWire struct {
+	UserCPUMS   float64 `json:"user_cpu_ms"`
+	SystemCPUMS float64 `json:"system_cpu_ms"`
+	PeakRSS     int64   `json:"peak_rss_bytes"`
 }
 
 // MarshalJSON encodes r as {"stdout", "stderr", "exit_code",
 // "duration_ms", "is_timeout", "truncated", "stdout_bytes",
-// "stderr_bytes"}. Output that is not valid UTF-8 is encoded by
+// "stderr_bytes", "usage"}; "usage" ({"user_cpu_ms", "system_cpu_ms",
+// "peak_rss_bytes"}) is omitted when the usage is not known. Output that is not valid UTF-8 is encoded by
 // encoding/json's rules (invalid bytes become U+FFFD).
 func (r Result) MarshalJSON() ([]byte, error) {
 	return json.Marshal(resultWire{
@@ -79,7 +88,25 @@ func (r Result) MarshalJSON() ([]byte, error) {
 		Truncated:   r.Truncated,
 		StdoutBytes: r.StdoutBytes,
 		StderrBytes: r.StderrBytes,
+		Usage:       r.Usage.wire(),
 	})
+}
+
+func (u *Usage) wire() *usageWire {
+	if u == nil {
+		return nil
+	}
+	return &usageWire{UserCPUMS: ms(u.UserCPU), SystemCPUMS: ms(u.SystemCPU), PeakRSS: u.PeakRSS}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// duration converts milliseconds to a Duration, refusing what does not fit.
+func duration(field string, ms float64) (time.Duration, error) {
+	if ms < 0 || ms*float64(time.Millisecond) > math.MaxInt64 || ms != ms {
+		return 0, fmt.Errorf("exec: decoding result: %s %v out of range", field, ms)
+	}
+	return time.Duration(ms * float64(time.Millisecond)), nil
 }
 
 // UnmarshalJSON decodes the form written by [Result.MarshalJSON].
@@ -88,14 +115,29 @@ func (r *Result) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return fmt.Errorf("exec: decoding result: %w", err)
 	}
-	if w.DurationMS < 0 || w.DurationMS*float64(time.Millisecond) > math.MaxInt64 {
-		return fmt.Errorf("exec: decoding result: duration_ms %v out of range", w.DurationMS)
+	d, err := duration("duration_ms", w.DurationMS)
+	if err != nil {
+		return err
+	}
+	var u *Usage
+	if w.Usage != nil {
+		u = &Usage{PeakRSS: w.Usage.PeakRSS}
+		if u.UserCPU, err = duration("user_cpu_ms", w.Usage.UserCPUMS); err != nil {
+			return err
+		}
+		if u.SystemCPU, err = duration("system_cpu_ms", w.Usage.SystemCPUMS); err != nil {
+			return err
+		}
+		if u.PeakRSS < 0 {
+			return fmt.Errorf("exec: decoding result: peak_rss_bytes %d out of range", u.PeakRSS)
+		}
 	}
 	*r = Result{
 		Stdout:      w.Stdout,
 		Stderr:      w.Stderr,
 		ExitCode:    w.ExitCode,
-		Duration:    time.Duration(w.DurationMS * float64(time.Millisecond)),
+		Duration:    d,
+		Usage:       u,
 		TimedOut:    w.TimedOut,
 		Truncated:   w.Truncated,
 		StdoutBytes: w.StdoutBytes,

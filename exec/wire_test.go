@@ -60,3 +60,26 @@ func TestResultJSONKeepsTails(t *testing.T) {
 	assert.Equal(t, "line 4999\nline 5000\n", back.StdoutTail(2))
 	assert.Equal(t, res.StdoutTail(50), back.StdoutTail(50))
 }
+
+func TestResultJSONUsage(t *testing.T) {
+	t.Parallel()
+	res := exec.Result{ExitCode: 0, Usage: &exec.Usage{UserCPU: 1500 * time.Millisecond, SystemCPU: 250 * time.Microsecond, PeakRSS: 64 << 20}}
+	data, err := json.Marshal(res)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"stdout":"","stderr":"","exit_code":0,"duration_ms":0,"is_timeout":false,"truncated":false,"stdout_bytes":0,"stderr_bytes":0,
+		"usage":{"user_cpu_ms":1500,"system_cpu_ms":0.25,"peak_rss_bytes":67108864}}`, string(data))
+	var back exec.Result
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, res, back)
+
+	// Unknown usage is absent, not zero, and stays unknown.
+	data, err = json.Marshal(exec.Result{})
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "usage")
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Nil(t, back.Usage)
+
+	for _, in := range []string{`{"usage":{"user_cpu_ms":-1}}`, `{"usage":{"system_cpu_ms":1e300}}`, `{"usage":{"peak_rss_bytes":-5}}`} {
+		assert.Error(t, json.Unmarshal([]byte(in), &back), in)
+	}
+}
