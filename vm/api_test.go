@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -217,10 +218,10 @@ func TestAPIExecFailures(t *testing.T) {
 		{3, 0, "Error: x: OCI runtime attempted to invoke a command that was not found\n"},
 		{126, 0, "Error: something else\n"},
 	} {
-		assert.NoError(t, apiExecFailed("x", c.code, c.stdout, c.stderr, int64(len(c.stderr))), "%+v", c)
+		assert.NoError(t, startFailure("x", c.code, c.stdout, c.stderr, int64(len(c.stderr))), "%+v", c)
 	}
 	msg := "Error: x: OCI runtime attempted to invoke a command that was not found\n"
-	assert.NoError(t, apiExecFailed("x", 127, 0, msg, int64(len(msg))+10), "stderr longer than what was kept")
+	assert.NoError(t, startFailure("x", 127, 0, msg, int64(len(msg))+10), "stderr longer than what was kept")
 }
 
 func TestAPIRun(t *testing.T) {
@@ -699,7 +700,7 @@ func TestAPICopyIn(t *testing.T) {
 	evil := apiTarOf(t, &tar.Header{Name: "ok", Mode: 0o644, Typeflag: tar.TypeReg}, &tar.Header{Name: "../x", Mode: 0o644, Typeflag: tar.TypeReg})
 	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(evil)), ErrUnsafeArchive)
 	assert.ErrorIs(t, v.CopyIn(ctx, "/etc/passwd", bytes.NewReader(in)), ErrPodman, "not a directory")
-	assert.ErrorIs(t, v.CopyIn(ctx, "/no/such", bytes.NewReader(in)), ErrPodman, "no such directory")
+	assert.ErrorIs(t, v.CopyIn(ctx, "/no/such", bytes.NewReader(in)), fs.ErrNotExist, "no such directory")
 	assert.Error(t, v.CopyIn(ctx, "relative", bytes.NewReader(in)))
 }
 
@@ -713,7 +714,7 @@ func TestAPICopyOut(t *testing.T) {
 	require.NoError(t, v.CopyOut(ctx, "/tmp/record.sh", &out))
 	assert.Equal(t, []string{"record.sh"}, apiTarNames(t, out.Bytes()))
 	err := v.CopyOut(ctx, "/no/such/path", io.Discard)
-	assert.ErrorIs(t, err, ErrPodman)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
 	assert.ErrorContains(t, err, "no such file or directory")
 	assert.ErrorIs(t, v.CopyOut(ctx, "/tmp/record.sh", io.Discard), ErrUnavailable, "dropped mid-stream")
 }

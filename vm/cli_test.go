@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -113,6 +114,31 @@ func ownLabels(t *testing.T, user map[string]string) []string {
 
 func concat(parts ...[]string) []string { return slices.Concat(parts...) }
 
+// replay is a mock Run that plays res back as podman would: its output
+// through the command's writers, then res and err.
+func replay(res *exec.Result, err error) func(context.Context, exec.Command) (*exec.Result, error) {
+	return func(_ context.Context, c exec.Command) (*exec.Result, error) {
+		if res != nil && c.Stdout != nil {
+			io.WriteString(c.Stdout, res.Stdout)
+		}
+		if res != nil && c.Stderr != nil {
+			io.WriteString(c.Stderr, res.Stderr)
+		}
+		return res, err
+	}
+}
+
+// execCmd is the Command the CLI driver gives the executor for an exec
+// with these podman arguments: the sandbox captures through the writers
+// and enforces the timeout through the context.
+func execCmd(stdin bool, args ...string) exec.Command {
+	c := exec.Command{Name: "podman", Args: args, Stdout: anyWriter, Stderr: anyWriter, MaxOutputBytes: 1}
+	if stdin {
+		c.Stdin = anyReader
+	}
+	return c
+}
+
 func TestCLICreateArgv(t *testing.T) {
 	t.Parallel()
 	full := Config{
@@ -176,25 +202,25 @@ func TestCLIRunArgv(t *testing.T) {
 		want exec.Command
 	}{
 		{"defaults", Config{Image: "img"}, exec.Command{Name: "true"},
-			exec.Command{Name: "podman", Args: []string{"exec", "--env", "PODVM_RUN=*", testID, "true"}}},
+			execCmd(false, "exec", "--env", "PODVM_RUN=*", testID, "true")},
 		{"config workdir and user", Config{Image: "img", Workdir: "/w", User: "nobody", Env: []string{"C=config"}},
 			exec.Command{Name: "pwd"},
-			exec.Command{Name: "podman", Args: []string{"exec", "--env", "PODVM_RUN=*", "--workdir", "/w", "--user", "nobody", testID, "pwd"}}},
+			execCmd(false, "exec", "--env", "PODVM_RUN=*", "--workdir", "/w", "--user", "nobody", testID, "pwd")},
 		{"every command field", Config{Image: "img", Workdir: "/w", User: "1000"},
 			exec.Command{Name: "-odd name", Args: []string{"-c", "$(x) `y`", ""}, Dir: "/d", Env: []string{"E=1", "F=a b"},
 				Stdin: in, Stdout: out, Stderr: errw, Timeout: 3 * time.Second, MaxOutputBytes: 100},
-			exec.Command{Name: "podman", Args: []string{"exec", "-i", "--env", "E=1", "--env", "F=a b", "--env", "PODVM_RUN=*",
-				"--workdir", "/d", "--user", "1000", testID, "-odd name", "-c", "$(x) `y`", ""},
-				Stdin: in, Stdout: out, Stderr: errw, Timeout: 3 * time.Second, MaxOutputBytes: 100}},
+			execCmd(true, "exec", "-i", "--env", "E=1", "--env", "F=a b", "--env", "PODVM_RUN=*",
+				"--workdir", "/d", "--user", "1000", testID, "-odd name", "-c", "$(x) `y`", "")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			v, x := created(t, c.cfg)
-			want := &exec.Result{Stdout: "out", Stderr: "err", ExitCode: 3, StdoutBytes: 3, StderrBytes: 3}
-			x.EXPECT().Run(gomock.Any(), cmdIs(c.want)).Return(want, nil)
+			x.EXPECT().Run(gomock.Any(), cmdIs(c.want)).DoAndReturn(replay(&exec.Result{Stdout: "out", Stderr: "err", ExitCode: 3}, nil))
 			res, err := v.Run(context.Background(), c.cmd)
 			require.NoError(t, err, "a non-zero exit is data")
-			assert.Same(t, want, res)
+			assert.Equal(t, "out", res.Stdout)
+			assert.Equal(t, "err", res.Stderr)
+			assert.Equal(t, 3, res.ExitCode)
 		})
 	}
 }
@@ -219,18 +245,16 @@ func TestCLIRunPodmanFailures(t *testing.T) {
 			t.Parallel()
 			v, x := created(t, Config{Image: "img"})
 			res := sampleResult(t, c.sample)
-			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(res, nil)
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(res, nil))
 			got, err := v.Run(context.Background(), exec.Command{Name: "podvm-cmd"})
 			if c.want == nil {
 				require.NoError(t, err)
-				assert.Same(t, res, got)
+				assert.Equal(t, res.Stderr, got.Stderr)
+				assert.Equal(t, res.ExitCode, got.ExitCode)
 				return
 			}
 			assert.ErrorIs(t, err, c.want)
 			assert.Nil(t, got, "a command that did not start has no Result")
-			var cerr *CLIError
-			require.ErrorAs(t, err, &cerr)
-			assert.Equal(t, res.Stderr, cerr.Stderr)
 			if c.want == exec.ErrNotFound {
 				assert.ErrorContains(t, err, "podvm-cmd", "the error names the command")
 			}
@@ -263,7 +287,7 @@ func TestCLIErrorSamples(t *testing.T) {
 		"cp-in-no-such-container":  ErrNoSuchContainer,
 		"cp-out-no-such-container": ErrNoSuchContainer,
 		"cp-in-not-a-dir":          ErrPodman,
-		"cp-out-no-such-path":      ErrPodman,
+		"cp-out-no-such-path":      fs.ErrNotExist,
 		"exec-is-directory":        exec.ErrPermission,
 		"exec-no-such-container":   ErrNoSuchContainer,
 		"exec-no-workdir":          exec.ErrDirNotFound,
@@ -297,7 +321,7 @@ func TestCLIErrorSamples(t *testing.T) {
 			res := sampleResult(t, name)
 			op, _, _ := strings.Cut(key, "-")
 			if op == "exec" || op == "command" {
-				require.Equal(t, w != nil, execFailed(res), "execFailed: is this podman failing, or the command's own exit?")
+				require.Equal(t, w != nil, startFailure("x", res.ExitCode, res.StdoutBytes, res.Stderr, res.StderrBytes) != nil, "startFailure: is this podman failing, or the command's own exit?")
 				if w == nil {
 					return
 				}
@@ -305,7 +329,7 @@ func TestCLIErrorSamples(t *testing.T) {
 			err := cliError(op, "thing", res)
 			assert.ErrorIs(t, err, w)
 			for _, other := range []error{ErrNoSuchContainer, ErrContainerNotRunning, ErrImageNotFound, ErrNameInUse,
-				ErrUnavailable, ErrPodman, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound} {
+				ErrUnavailable, ErrPodman, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
 				if other != w {
 					assert.NotErrorIs(t, err, other, "one sentinel per failure")
 				}
@@ -332,23 +356,26 @@ func TestCLIKillsInsideOnStop(t *testing.T) {
 			defer cancel()
 			cmd := exec.Command{Name: "sh", Args: []string{"-c", "sleep 300 & sleep 300"}}
 			if stop == "timeout" {
-				cmd.Timeout = 2 * time.Second
+				cmd.Timeout = 100 * time.Millisecond
 			}
 			partial := &exec.Result{Stdout: "started\n", StdoutBytes: 8, TimedOut: true, ExitCode: -1}
 			var marker string
 			gomock.InOrder(
-				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
-					assert.Equal(t, cmd.Timeout, c.Timeout, "the timeout is the executor's to enforce")
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(rctx context.Context, c exec.Command) (*exec.Result, error) {
+					assert.Zero(t, c.Timeout, "the sandbox enforces the timeout, through the context")
+					_, hasDeadline := rctx.Deadline()
+					assert.Equal(t, stop == "timeout", hasDeadline)
 					for _, a := range c.Args {
 						if strings.HasPrefix(a, markerKey+"=") {
 							marker = a
 						}
 					}
+					io.WriteString(c.Stdout, partial.Stdout)
 					if stop == "cancel" {
 						cancel()
-						return partial, fmt.Errorf("exec: podman: %w", context.Canceled)
 					}
-					return partial, fmt.Errorf("exec: podman: timed out: %w", context.DeadlineExceeded)
+					<-rctx.Done() // as the executor does: it returns when the run is stopped
+					return partial, fmt.Errorf("exec: podman: %w", rctx.Err())
 				}),
 				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(kctx context.Context, c exec.Command) (*exec.Result, error) {
 					assert.NoError(t, kctx.Err(), "the kill runs with a fresh context")
@@ -360,12 +387,12 @@ func TestCLIKillsInsideOnStop(t *testing.T) {
 				}),
 			)
 			res, err := v.Run(ctx, cmd)
-			assert.Same(t, partial, res)
+			assert.Equal(t, partial.Stdout, res.Stdout, "the partial output is kept")
 			assert.True(t, res.TimedOut)
 			assert.Equal(t, -1, res.ExitCode)
 			if stop == "timeout" {
 				assert.ErrorIs(t, err, context.DeadlineExceeded)
-				assert.ErrorContains(t, err, "vm: sh: timed out after 2s")
+				assert.ErrorContains(t, err, "vm: sh: timed out after 100ms")
 			} else {
 				assert.ErrorIs(t, err, context.Canceled)
 			}
@@ -374,15 +401,21 @@ func TestCLIKillsInsideOnStop(t *testing.T) {
 	}
 }
 
+// timedOut is a mock Run of a command that runs until it is stopped.
+func timedOut(ctx context.Context, _ exec.Command) (*exec.Result, error) {
+	<-ctx.Done()
+	return &exec.Result{TimedOut: true, ExitCode: -1}, ctx.Err()
+}
+
 func TestCLIKillFailureIsReported(t *testing.T) {
 	t.Parallel()
 	v, x := created(t, Config{Image: "img"})
 	gomock.InOrder(
-		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{TimedOut: true, ExitCode: -1}, context.DeadlineExceeded),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(timedOut),
 		// No /bin/sh in the image: no retry can help.
-		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(sampleResult(t, "exec-not-found-remote.127.txt"), nil),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(sampleResult(t, "exec-not-found-remote.127.txt"), nil)),
 	)
-	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: time.Second})
+	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: 10 * time.Millisecond})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorContains(t, err, "killing its processes")
 }
@@ -392,11 +425,11 @@ func TestCLIKillIsRetried(t *testing.T) {
 	t.Parallel()
 	v, x := created(t, Config{Image: "img"})
 	gomock.InOrder(
-		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{TimedOut: true, ExitCode: -1}, context.DeadlineExceeded),
-		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{ExitCode: 2, Stderr: "sh: can't fork: Resource temporarily unavailable\n"}, nil).Times(2),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(timedOut),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(&exec.Result{ExitCode: 2, Stderr: "sh: can't fork: Resource temporarily unavailable\n"}, nil)).Times(2),
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{}, nil),
 	)
-	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: time.Second})
+	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: 10 * time.Millisecond})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.NotContains(t, err.Error(), "killing its processes", "the third try succeeded")
 }
@@ -475,12 +508,7 @@ func TestCLICreateFailureRemovesWhatItMade(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var token string
-			rmByToken := func(kctx context.Context, cmd exec.Command) (*exec.Result, error) {
-				assert.NoError(t, kctx.Err(), "cleanup runs with a context of its own")
-				assert.Equal(t, []string{"rm", "-f", "-t", "0", "--ignore", "--filter", "label=" + labelToken + "=" + token}, cmd.Args,
-					"removed by our label, never by Name: the name may be another's")
-				return &exec.Result{}, nil
-			}
+			const made = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 			gomock.InOrder(
 				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd exec.Command) (*exec.Result, error) {
 					token = tokenOf(cmd.Args)
@@ -489,10 +517,14 @@ func TestCLICreateFailureRemovesWhatItMade(t *testing.T) {
 					}
 					return c.result, c.err
 				}),
-				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(rmByToken),
-				// Remove tries again: the service may finish a create whose
-				// client was killed.
-				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(rmByToken),
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(kctx context.Context, cmd exec.Command) (*exec.Result, error) {
+					assert.NoError(t, kctx.Err(), "cleanup runs with a context of its own")
+					assert.Equal(t, []string{"ps", "-a", "--filter", "label=" + labelToken + "=" + token, "--format", "json"}, cmd.Args,
+						"found by our label, never by Name: the name may be another's")
+					return &exec.Result{Stdout: `[{"Id":"` + made + `"}]`}, nil
+				}),
+				x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"rm", "-f", "-t", "0", "--ignore", made}})).
+					Return(&exec.Result{}, nil),
 			)
 			err := v.Create(ctx)
 			assert.ErrorIs(t, err, c.want)
@@ -658,7 +690,7 @@ func TestCLICopyOut(t *testing.T) {
 		v, x := created(t, Config{Image: "img"})
 		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(sampleResult(t, "cp-out-no-such-path-remote.125.txt"), nil)
 		err := v.CopyOut(context.Background(), "/src/box", io.Discard)
-		assert.ErrorIs(t, err, ErrPodman)
+		assert.ErrorIs(t, err, fs.ErrNotExist, "a missing path is fs.ErrNotExist")
 		assert.ErrorContains(t, err, "could not be found")
 	})
 }

@@ -23,8 +23,7 @@ func FuzzConfig(f *testing.F) {
 		if strings.HasPrefix(image, "-") || strings.ContainsAny(image, " ;$`\n\x00") {
 			t.Fatalf("accepted image %q", image)
 		}
-		v := &CLIVM{cfg: cfg.withDefaults(), token: "t"}
-		argv := v.runArgs()
+		argv := runArgs(cfg.withDefaults(), cfg.labels())
 		if argv[len(argv)-1] != image {
 			t.Fatalf("the image is not the last argument: %q", argv)
 		}

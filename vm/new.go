@@ -31,6 +31,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 		return nil, err
 	}
 	o := newOptions(opts)
+	if host := cmpOr(o.url, os.Getenv("CONTAINER_HOST")); isLocal(host) {
+		// Every candidate is on this machine: a missing mount source is
+		// a bad config, refused before any probe.
+		if err := cfg.checkMountSources(); err != nil {
+			return nil, err
+		}
+	}
 	c, tried, err := o.connect(ctx)
 	if c != nil {
 		o.log.Info("podvm: using the API backend", "uri", c.URI(), "server", c.Version().String())
@@ -111,7 +118,7 @@ func (o options) sockets() []string {
 func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 	if path, ok := strings.CutPrefix(uri, "unix://"); ok {
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%s: no socket", uri)
+			return nil, fmt.Errorf("%s: no socket: %w", uri, err)
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, o.pingTimeout)
@@ -121,7 +128,7 @@ func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 		if pctx.Err() != nil && ctx.Err() == nil {
 			return nil, fmt.Errorf("%s: no answer within %v", uri, o.pingTimeout)
 		}
-		return nil, fmt.Errorf("%s: %v", uri, err)
+		return nil, fmt.Errorf("%s: %w", uri, err)
 	}
 	return c, nil
 }
@@ -129,10 +136,20 @@ func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 // cli returns a CLIVM as the options say. fallback: a socket was tried
 // and did not answer, so podman must not be sent to it by the environment.
 func (o options) cli(cfg Config, fallback bool) (*CLIVM, error) {
+	d, err := o.cliDriver(fallback)
+	if err != nil {
+		return nil, err
+	}
+	return newCLIVM(cfg, d)
+}
+
+// cliDriver is the CLI driver the options describe, running the podman
+// binary on PATH unless [WithExecutor] gave an executor.
+func (o options) cliDriver(fallback bool) (cliDriver, error) {
 	x := o.x
 	if x == nil {
 		if _, err := osexec.LookPath(o.podman); err != nil {
-			return nil, fmt.Errorf("no podman binary: %v", err)
+			return cliDriver{}, fmt.Errorf("no podman binary: %v", err)
 		}
 		env := os.Environ()
 		if fallback && o.url == "" {
@@ -140,7 +157,14 @@ func (o options) cli(cfg Config, fallback bool) (*CLIVM, error) {
 		}
 		x = exec.NewCommandExecutor(exec.WithBaseEnv(env))
 	}
-	return NewCLIVM(cfg, x, WithPodman(o.podman), WithURL(o.url))
+	return newCLIDriver(x, o)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // withoutVars returns env without the entries for keys.

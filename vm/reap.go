@@ -2,16 +2,12 @@ package vm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/podvm/podvm/exec"
-	"github.com/podvm/podvm/internal/libpod"
 )
 
 // Reap removes sandboxes that podvm made and nobody will remove: those
@@ -25,22 +21,20 @@ import (
 // failures joined. [WithLabel] narrows it to some sandboxes.
 func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]string, error) {
 	o := newOptions(opts)
-	var p reapTarget
+	var d driver
 	c, tried, err := o.connect(ctx)
 	switch {
 	case c != nil:
-		p = apiTarget{c}
-		defer c.CloseIdleConnections()
+		d = apiDriver{c}
 	case err != nil:
 		return nil, err
 	default:
-		v, err := o.cli(Config{Image: "reap"}, len(tried) > 0)
-		if err != nil {
+		if d, err = o.cliDriver(len(tried) > 0); err != nil {
 			return nil, fmt.Errorf("%w: tried %v; %v", ErrUnavailable, tried, err)
 		}
-		p = cliTarget{v}
 	}
-	boxes, err := p.managed(ctx)
+	defer d.close()
+	boxes, err := d.list(ctx, LabelManaged+"=true")
 	if err != nil {
 		return nil, err
 	}
@@ -49,16 +43,16 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 	var removed []string
 	var errs []error
 	for _, b := range boxes {
-		why := reapReason(b.labels, host, now, olderThan)
-		if why == "" || !hasLabels(b.labels, o.labels) {
+		why := reapReason(b.Labels, host, now, olderThan)
+		if why == "" || !hasLabels(b.Labels, o.labels) {
 			continue
 		}
-		if err := p.remove(ctx, b.id); err != nil && !errors.Is(err, ErrNoSuchContainer) {
+		if err := d.remove(ctx, b.ID); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		o.log.Info("podvm: reaped sandbox", "id", b.id, "reason", why)
-		removed = append(removed, b.id)
+		o.log.Info("podvm: reaped sandbox", "id", b.ID, "reason", why)
+		removed = append(removed, b.ID)
 	}
 	return removed, errors.Join(errs...)
 }
@@ -97,76 +91,4 @@ func processAlive(pid int) bool {
 	}
 	err = p.Signal(syscall.Signal(0))
 	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// sandbox is a container with podvm's label, as Reap sees it.
-type sandbox struct {
-	id     string
-	labels map[string]string
-}
-
-// reapTarget lists and removes sandboxes through one backend.
-type reapTarget interface {
-	managed(ctx context.Context) ([]sandbox, error)
-	remove(ctx context.Context, id string) error
-}
-
-type apiTarget struct{ c *libpod.Client }
-
-func (a apiTarget) managed(ctx context.Context) ([]sandbox, error) {
-	ids, err := a.c.ContainerList(ctx, LabelManaged+"=true")
-	if err != nil {
-		return nil, apiError("container list", "", err)
-	}
-	var boxes []sandbox
-	for _, id := range ids {
-		info, err := a.c.ContainerInspect(ctx, id)
-		if err != nil {
-			continue // removed meanwhile
-		}
-		boxes = append(boxes, sandbox{id, info.Config.Labels})
-	}
-	return boxes, nil
-}
-
-func (a apiTarget) remove(ctx context.Context, id string) error {
-	if err := a.c.ContainerRemove(ctx, id); err != nil {
-		return apiError("container remove", id, err)
-	}
-	return nil
-}
-
-type cliTarget struct{ v *CLIVM }
-
-func (t cliTarget) managed(ctx context.Context) ([]sandbox, error) {
-	res, err := t.v.run(ctx, exec.Command{Args: []string{"ps", "-a", "--filter", "label=" + LabelManaged + "=true", "--format", "json"}, MaxOutputBytes: 64 << 20})
-	if err != nil {
-		return nil, err
-	}
-	if res.ExitCode != 0 {
-		return nil, cliError("ps", "", res)
-	}
-	var list []struct {
-		ID     string            `json:"Id"`
-		Labels map[string]string `json:"Labels"`
-	}
-	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
-		return nil, fmt.Errorf("%w: podman ps: %v", ErrPodman, err)
-	}
-	boxes := make([]sandbox, len(list))
-	for i, c := range list {
-		boxes[i] = sandbox{c.ID, c.Labels}
-	}
-	return boxes, nil
-}
-
-func (t cliTarget) remove(ctx context.Context, id string) error {
-	res, err := t.v.run(ctx, exec.Command{Args: []string{"rm", "-f", "-t", "0", id}})
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return cliError("rm", id, res)
-	}
-	return nil
 }

@@ -21,8 +21,13 @@ var ErrUnsafeArchive = errors.New("vm: unsafe archive entry")
 // first entry that [checkEntry] refuses. Nothing of a refused entry is
 // emitted. It pulls from r only as it is read, so it holds one chunk of
 // the stream in memory, never the whole archive.
-func guardTar(r io.Reader) io.Reader {
-	g := &tarGuard{tr: tar.NewReader(r), links: map[string]bool{}}
+//
+// When root is not empty, the archive is one tree to be named root: if
+// its first entry's top-level name is another (Podman names a followed
+// symlink's entries after its target), that name is replaced by root in
+// every entry and hard link.
+func guardTar(r io.Reader, root string) *tarGuard {
+	g := &tarGuard{tr: tar.NewReader(r), links: map[string]bool{}, root: root}
 	g.tw = tar.NewWriter(&g.out)
 	return g
 }
@@ -34,6 +39,25 @@ type tarGuard struct {
 	inEntry bool         // the current entry's content is being copied
 	links   map[string]bool
 	err     error // sticky; io.EOF once the trailer is out
+	// root names the tree; from is the top-level name it replaces.
+	root, from string
+	// entries counts the entries emitted.
+	entries int
+}
+
+// rename replaces the top-level name g.from of name with g.root.
+func (g *tarGuard) rename(name string) string {
+	if g.from == g.root {
+		return name
+	}
+	top, rest, found := strings.Cut(name, "/")
+	if top != g.from {
+		return name
+	}
+	if !found {
+		return g.root
+	}
+	return g.root + "/" + rest
 }
 
 func (g *tarGuard) Read(p []byte) (int, error) {
@@ -67,9 +91,19 @@ func (g *tarGuard) fill() error {
 	if err != nil {
 		return fmt.Errorf("vm: reading tar stream: %w", err)
 	}
+	if g.root != "" {
+		if g.entries == 0 {
+			g.from, _, _ = strings.Cut(strings.TrimPrefix(h.Name, "./"), "/")
+		}
+		h.Name = g.rename(strings.TrimPrefix(h.Name, "./"))
+		if h.Typeflag == tar.TypeLink {
+			h.Linkname = g.rename(strings.TrimPrefix(h.Linkname, "./"))
+		}
+	}
 	if err := checkEntry(h, g.links); err != nil {
 		return err
 	}
+	g.entries++
 	if err := g.tw.WriteHeader(h); err != nil {
 		return fmt.Errorf("vm: tar entry %q: %w", h.Name, err)
 	}

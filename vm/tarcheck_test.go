@@ -59,7 +59,7 @@ func TestGuardTarPassesSafeArchives(t *testing.T) {
 		entry{Type: tar.TypeSymlink, Name: "out/dots", Linkname: "..hidden/.x"},
 		entry{Type: tar.TypeLink, Name: "out/hard2", Linkname: "./out/big"},
 	)
-	got, err := io.ReadAll(guardTar(bytes.NewReader(in)))
+	got, err := io.ReadAll(guardTar(bytes.NewReader(in), ""))
 	require.NoError(t, err)
 
 	want := listTar(t, in)
@@ -140,7 +140,7 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := archive(t, append([]entry{{Name: "first", Body: "ok"}}, tc.entries...)...)
-			got, err := io.ReadAll(guardTar(bytes.NewReader(in)))
+			got, err := io.ReadAll(guardTar(bytes.NewReader(in), ""))
 			require.ErrorIs(t, err, ErrUnsafeArchive)
 			assert.Contains(t, err.Error(), `"`+tc.culprit+`"`, "the error names the entry")
 			// What came out before the refusal holds only the safe entries.
@@ -160,12 +160,12 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 }
 
 func TestGuardTarEmptyAndCorrupt(t *testing.T) {
-	got, err := io.ReadAll(guardTar(bytes.NewReader(archive(t))))
+	got, err := io.ReadAll(guardTar(bytes.NewReader(archive(t)), ""))
 	require.NoError(t, err)
 	assert.Empty(t, listTar(t, got))
 
 	in := archive(t, entry{Name: "f", Body: strings.Repeat("x", 2000)})
-	_, err = io.ReadAll(guardTar(bytes.NewReader(in[:700])))
+	_, err = io.ReadAll(guardTar(bytes.NewReader(in[:700]), ""))
 	require.Error(t, err, "a truncated stream is an error, not a short archive")
 	assert.False(t, errors.Is(err, ErrUnsafeArchive))
 }

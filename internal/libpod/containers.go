@@ -97,26 +97,26 @@ func (c *Client) ContainerRemove(ctx context.Context, id string) error {
 	return c.call(ctx, request{op: "container remove", method: http.MethodDelete, path: "/containers/%s", args: []string{id}, query: q})
 }
 
-// ContainerList returns the IDs of every container, running or not, that
-// carries all the labels ("key=value").
-func (c *Client) ContainerList(ctx context.Context, labels ...string) ([]string, error) {
+// Listed is a container as ContainerList finds it.
+type Listed struct {
+	ID     string            `json:"Id"`
+	Labels map[string]string `json:"Labels"`
+}
+
+// ContainerList returns every container, running or not, that carries
+// all the labels ("key=value").
+func (c *Client) ContainerList(ctx context.Context, labels ...string) ([]Listed, error) {
 	filters, _ := json.Marshal(map[string][]string{"label": labels})
 	q := url.Values{"all": {"true"}, "filters": {string(filters)}}
 	resp, err := c.do(ctx, request{op: "container list", method: http.MethodGet, path: "/containers/json", query: q})
 	if err != nil {
 		return nil, err
 	}
-	var list []struct {
-		ID string `json:"Id"`
-	}
+	var list []Listed
 	if err := decode("container list", resp, &list); err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(list))
-	for i, c := range list {
-		ids[i] = c.ID
-	}
-	return ids, nil
+	return list, nil
 }
 
 // ContainerInfo is what podvm reads of a container's inspect.

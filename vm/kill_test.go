@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/podmantest"
 )
 
@@ -29,11 +28,11 @@ func TestKillScriptUnderEachShell(t *testing.T) {
 			t.Parallel()
 			// make podman installs busybox-static; Debian has dash and bash.
 			path := podmantest.NeedBinary(t, argv[0])
-			spec := newExecSpec(Config{}, exec.Command{Name: "sh"})
-			tree := startMarked(t, spec.Marker)
-			other := startMarked(t, newExecSpec(Config{}, exec.Command{Name: "sh"}).Marker)
+			marker := newMarker()
+			tree := startMarked(t, marker)
+			other := startMarked(t, newMarker())
 
-			k := spec.killSpec()
+			k := killProcess("", marker)
 			script := append(append([]string{}, argv[1:]...), k.Argv[1:]...)
 			cmd := osexec.Command(path, script...)
 			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, k.Env...)
@@ -47,7 +46,7 @@ func TestKillScriptUnderEachShell(t *testing.T) {
 			for _, p := range other {
 				assert.True(t, alive(strconv.Itoa(p.Pid)), "process %d of another run was killed under %s", p.Pid, name)
 			}
-			assert.Empty(t, marked(t, spec.Marker), "marked processes left under %s", name)
+			assert.Empty(t, marked(t, marker), "marked processes left under %s", name)
 		})
 	}
 }
@@ -56,7 +55,7 @@ func TestKillScriptUnderEachShell(t *testing.T) {
 // report that nothing was left to kill: here its self-check is denied the
 // variable it looks for.
 func TestKillScriptFailsWhenItCannotSee(t *testing.T) {
-	k := newExecSpec(Config{}, exec.Command{Name: "sh"}).killSpec()
+	k := killProcess("", newMarker())
 	cmd := osexec.Command("sh", k.Argv[1:]...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()

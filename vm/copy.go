@@ -1,0 +1,92 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// ErrInvalidPath: a path given to CopyIn or CopyOut is not an absolute
+// path in the sandbox (or holds a NUL byte); nothing was copied.
+var ErrInvalidPath = errors.New("vm: invalid sandbox path")
+
+// CopyIn extracts the tar stream r into directory dir of the sandbox,
+// streaming r through the archive guard: an entry that would land outside
+// dir by the archive's own names and links fails the copy with an error
+// matching [ErrUnsafeArchive] (entries before it may have been
+// extracted). Podman extracts inside the sandbox's root: a symlink that
+// code in the sandbox planted under dir is followed, within the sandbox,
+// never onto the host. A dir that does not exist matches
+// [fs.ErrNotExist]; one that is not a directory, [ErrPodman].
+func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
+	if err := checkPath("copy into", dir); err != nil {
+		return err
+	}
+	id, err := s.st.container()
+	if err != nil {
+		return err
+	}
+	in := &errReader{r: guardTar(r, "")}
+	err = s.d.copyIn(ctx, id, dir, in)
+	if in.Err() != nil {
+		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
+	}
+	return err
+}
+
+// CopyOut writes path of the sandbox to w as a tar stream, streamed
+// through the archive guard; the archive is never held in memory. Its
+// entries are named after path's base name, as `tar -C parent -c base`
+// names them; when path is a symlink it is followed (as `podman cp`
+// does), the entries still named after path. An entry that would land
+// outside its root fails the copy with an error matching
+// [ErrUnsafeArchive]; a path that does not exist matches
+// [fs.ErrNotExist]; an archive with no entry at all (a link into /proc,
+// say) is an error matching [ErrPodman]. When CopyOut fails, w may have
+// received part of a stream.
+func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
+	if err := checkPath("copy out", p); err != nil {
+		return err
+	}
+	id, err := s.st.container()
+	if err != nil {
+		return err
+	}
+	base := path.Base(p)
+	if base == "/" {
+		base = "" // the whole root: nothing to name
+	}
+	pr, pw := io.Pipe()
+	g := guardTar(pr, base)
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(w, g)
+		if err == nil {
+			_, err = io.Copy(io.Discard, pr) // the padding after the trailer
+		}
+		pr.CloseWithError(err) // the driver's further output is dropped
+		copied <- err
+	}()
+	err = s.d.copyOut(ctx, id, p, pw)
+	pw.Close()
+	copyErr := <-copied
+	switch {
+	case copyErr != nil: // the guard's refusal, or w's failure, is why the driver failed
+		return errors.Join(fmt.Errorf("vm: copy out %s: %w", p, copyErr), err)
+	case err != nil:
+		return err
+	case g.entries == 0:
+		return fmt.Errorf("%w: copy out %s: the archive Podman made holds no entry", ErrPodman, p)
+	}
+	return nil
+}
+
+func checkPath(op, p string) error {
+	if !path.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+		return fmt.Errorf("%w: %s %q: want an absolute path in the sandbox", ErrInvalidPath, op, p)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package vm
+
+import (
+	"context"
+	"io"
+)
+
+// driver is what differs between reaching Podman through its REST API
+// and through the podman command: nothing else. The portable sandbox
+// ([sandbox]) keeps the whole [VM] contract over it, once.
+//
+// Every method is bounded by its ctx. Errors match the vm sentinel
+// Podman's answer means (see podman_errors.go), [ErrUnavailable] when
+// Podman could not be reached, and wrap the native error ([*APIError],
+// [*CLIError]); a context's error is wrapped as it is.
+type driver interface {
+	// ensureImage makes cfg.Image present as cfg.Pull and
+	// cfg.ImageArchive say.
+	ensureImage(ctx context.Context, cfg Config) error
+	// create creates and starts a container for cfg, carrying labels,
+	// and returns its ID. When it fails, something may have been made:
+	// the caller removes it by label.
+	create(ctx context.Context, cfg Config, labels map[string]string) (string, error)
+	// exec runs p in container id as a Podman exec session and returns
+	// its exit status once the output is drained and the session has
+	// ended. started reports that the session began (so the command may
+	// have run). When ctx ends first it returns ctx's error promptly and
+	// leaves what runs to the caller's kill.
+	exec(ctx context.Context, id string, p process) (code int, started bool, err error)
+	// copyIn extracts the tar stream r into directory dir of container id.
+	copyIn(ctx context.Context, id, dir string, r io.Reader) error
+	// copyOut writes path of container id to w as a tar stream.
+	copyOut(ctx context.Context, id, path string, w io.Writer) error
+	// remove force-removes container id; one already gone is no error.
+	remove(ctx context.Context, id string) error
+	// list returns the containers carrying label ("key=value").
+	list(ctx context.Context, label string) ([]container, error)
+	// close releases what the driver keeps open between calls.
+	close()
+}
+
+// process is one command for [driver.exec]: argv, environment, working
+// directory and user, as Podman's exec takes them, and its stdio.
+type process struct {
+	Argv    []string
+	Env     []string // the command's env; the container's is the base
+	Workdir string   // "" for the container's
+	User    string   // "" for the container's
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+}
+
+// container is a container as [driver.list] finds it.
+type container struct {
+	ID     string
+	Labels map[string]string
+}

@@ -1,0 +1,239 @@
+package vm
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/podvm/podvm/exec"
+)
+
+// cliDriver reaches Podman by running the podman command through an
+// [exec.Executor].
+type cliDriver struct {
+	x      exec.Executor
+	podman string   // the binary
+	global []string // global flags before the subcommand
+}
+
+var _ driver = cliDriver{}
+
+// initEntrypoint makes PID 1 Podman's init (catatonit, with --init) in
+// pause mode: it keeps the sandbox alive and reaps orphans, and needs
+// nothing from the image, not even /bin/sh.
+const initEntrypoint = `["/run/podman-init","-P"]`
+
+// cliError maps a failed podman invocation to an error wrapping the vm
+// sentinel its stderr means ([ErrPodman] when none fits) and a
+// [*CLIError] carrying it. what names the object of the call; it may be
+// empty.
+func cliError(op, what string, res *exec.Result) error {
+	return classify("podman "+op, what, res.Stderr, &CLIError{Op: op, ExitCode: res.ExitCode, Stderr: res.Stderr})
+}
+
+// run runs podman with the global flags and c.Args through the executor,
+// and maps a non-zero exit of podman to cliError. When podman cannot be
+// started, the error matches [ErrUnavailable]; a Result with TimedOut
+// comes back with the executor's error.
+func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*exec.Result, error) {
+	c.Name = d.podman
+	c.Args = append(slices.Clip(d.global), c.Args...)
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = errCapture
+	}
+	res, err := d.x.Run(ctx, c)
+	switch {
+	case res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)):
+		// %v: the sandbox's exec.ErrNotFound must not match.
+		return nil, fmt.Errorf("%w: %w: %v", ErrUnavailable, errNotReached, err)
+	case err != nil:
+		if what != "" {
+			op += " " + what
+		}
+		return res, fmt.Errorf("vm: podman %s: %w", op, err)
+	case res.ExitCode != 0:
+		return res, cliError(op, what, res)
+	}
+	return res, nil
+}
+
+func (d cliDriver) ensureImage(ctx context.Context, cfg Config) error {
+	if cfg.ImageArchive == "" {
+		return nil // podman run pulls as --pull says
+	}
+	if cfg.Pull != PullAlways {
+		res, err := d.run(ctx, "image exists", cfg.Image, exec.Command{Args: []string{"image", "exists", cfg.Image}})
+		switch {
+		case err == nil:
+			return nil
+		case res == nil || res.ExitCode != 1:
+			return err
+		}
+	}
+	if _, err := os.Stat(cfg.ImageArchive); err != nil {
+		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+	}
+	_, err := d.run(ctx, "load", cfg.ImageArchive, exec.Command{Args: []string{"load", "-q", "-i", cfg.ImageArchive}})
+	return err
+}
+
+func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string) (string, error) {
+	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels)})
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(res.Stdout)
+	if !isContainerID(id) {
+		return "", fmt.Errorf("%w: podman run printed %q, not a container ID", ErrPodman, res.Stdout)
+	}
+	return id, nil
+}
+
+func isContainerID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// runArgs is the argv of `podman run` for cfg.
+func runArgs(c Config, labels map[string]string) []string {
+	pull := c.Pull
+	if c.ImageArchive != "" {
+		pull = PullNever // ensureImage loaded the archive; no registry
+	}
+	a := []string{"run", "-d", "--pull", string(pull)}
+	if c.Name != "" {
+		a = append(a, "--name", c.Name)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		a = append(a, "--label", k+"="+labels[k])
+	}
+	a = append(a,
+		"--network", c.Network,
+		"--security-opt", "no-new-privileges",
+		"--cap-drop", "all",
+		"--cap-add", strings.Join(DefaultCapabilities, ","),
+		"--pids-limit", strconv.FormatInt(c.Pids, 10),
+		// Podman passes the host's proxy variables by default.
+		"--http-proxy=false",
+	)
+	if c.Memory > 0 {
+		m := strconv.FormatInt(c.Memory, 10)
+		a = append(a, "--memory", m, "--memory-swap", m) // swap included
+	}
+	if c.CPUs > 0 {
+		a = append(a, "--cpus", strconv.FormatFloat(c.CPUs, 'f', -1, 64))
+	}
+	if c.ReadOnlyRootfs {
+		a = append(a, "--read-only", "--read-only-tmpfs")
+	}
+	for _, m := range c.Mounts {
+		spec := m.Source + ":" + m.Target
+		if m.ReadOnly {
+			spec += ":ro"
+		}
+		a = append(a, "-v", spec)
+	}
+	if c.Workdir != "" {
+		a = append(a, "--workdir", c.Workdir)
+	}
+	if c.User != "" {
+		a = append(a, "--user", c.User)
+	}
+	for _, e := range c.Env {
+		a = append(a, "--env", e)
+	}
+	return append(a, "--init", "--entrypoint", initEntrypoint, c.Image)
+}
+
+// exec runs p with `podman exec`, its stdio streamed through the
+// executor. podman's exit status is returned as it is: the sandbox tells
+// the command's from podman's own failures by content.
+func (d cliDriver) exec(ctx context.Context, id string, p process) (int, bool, error) {
+	c := exec.Command{
+		Name:           d.podman,
+		Args:           append(slices.Clip(d.global), execArgs(id, p)...),
+		Stdin:          p.Stdin,
+		Stdout:         p.Stdout,
+		Stderr:         p.Stderr,
+		MaxOutputBytes: 1, // the sandbox captures through the writers
+	}
+	res, err := d.x.Run(ctx, c)
+	switch {
+	case res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)):
+		return -1, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	case res == nil:
+		return -1, false, err
+	case res.TimedOut:
+		return -1, true, err
+	}
+	// Another error is Stdin's or a writer's, which the sandbox reports.
+	return res.ExitCode, true, nil
+}
+
+// execArgs is the argv of `podman exec` for p in container id.
+func execArgs(id string, p process) []string {
+	a := []string{"exec"}
+	if p.Stdin != nil {
+		a = append(a, "-i")
+	}
+	for _, e := range p.Env {
+		a = append(a, "--env", e)
+	}
+	if p.Workdir != "" {
+		a = append(a, "--workdir", p.Workdir)
+	}
+	if p.User != "" {
+		a = append(a, "--user", p.User)
+	}
+	return append(append(a, id), p.Argv...)
+}
+
+func (d cliDriver) copyIn(ctx context.Context, id, dir string, r io.Reader) error {
+	_, err := d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + dir}, Stdin: r})
+	return err
+}
+
+func (d cliDriver) copyOut(ctx context.Context, id, path string, w io.Writer) error {
+	_, err := d.run(ctx, "cp", path, exec.Command{Args: []string{"cp", id + ":" + path, "-"}, Stdout: w})
+	return err
+}
+
+func (d cliDriver) remove(ctx context.Context, id string) error {
+	_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
+	if errors.Is(err, ErrNoSuchContainer) {
+		return nil
+	}
+	return err
+}
+
+func (d cliDriver) list(ctx context.Context, label string) ([]container, error) {
+	res, err := d.run(ctx, "ps", "", exec.Command{Args: []string{"ps", "-a", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
+	if err != nil {
+		return nil, err
+	}
+	var list []struct {
+		ID     string            `json:"Id"`
+		Labels map[string]string `json:"Labels"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
+		return nil, fmt.Errorf("%w: podman ps: %v", ErrPodman, err)
+	}
+	found := make([]container, len(list))
+	for i, c := range list {
+		found[i] = container{ID: c.ID, Labels: c.Labels}
+	}
+	return found, nil
+}
+
+func (cliDriver) close() {}

@@ -1,0 +1,165 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/capture"
+)
+
+// This file is how a Run that its timeout, its context or a dropped
+// connection stopped is ended inside the sandbox. Stopping the exec
+// session's client is not enough: Podman leaves the command running
+// (podman#19486, #10320). So every process of a Run carries a marker in
+// its environment ([markerKey]), and a second exec session runs
+// [killScript] to find and kill them all.
+
+// KillGrace bounds how long past its timeout, or its context's end, a
+// stopped Run may take to return: the kill of its processes inside the
+// sandbox, retried while a fork bomb holds every slot of the pids limit,
+// must finish within it, or Run reports that it did not.
+const KillGrace = 5 * time.Second
+
+// errCapture caps what is kept of output that only matters as an error
+// message.
+const errCapture = 64 << 10
+
+// killScript kills every process whose environment holds the marker $1,
+// using nothing but shell builtins, so it works when the pids limit is
+// reached and nothing can fork.
+//
+// First it stops them: SIGSTOP to each marked process and to its process
+// group (a group signal is atomic against fork: a fork racing it fails),
+// scan after scan, until a scan finds none left running. A stopped
+// process cannot fork, and holds its pids slot, so even a fork bomb whose
+// every child calls setsid stops growing and is caught whole. Then it
+// kills them all with SIGKILL the same way, until a scan finds none. Group
+// IDs 0 and 1 (a leader outside the sandbox's PID namespace, or init) and
+// its own are never signalled. Each phase gives up after 200 scans,
+// printing the processes still there, and exits 1.
+//
+// It is POSIX sh, for dash, busybox ash and bash alike: `read -d` and
+// `kill --` are not. An environ file is read whole, its NUL separators
+// dropped by read, and searched for the marker, whose fixed-length random
+// value cannot arise from two entries run together; a zombie's is empty.
+// The script first finds [killCheck] in its own environment, so a shell
+// that cannot read one fails the kill instead of finding nothing to kill.
+const killScript = `m=$1; me=$$
+has() {
+  l=; while IFS= read -r x || [ -n "$x" ]; do l=$l$x; done 2>/dev/null <"$1"
+  case $l in *"$2"*) return 0;; esac; return 1
+}
+has "/proc/$me/environ" "` + killCheck + `" || { echo "podvm-kill: cannot read process environments" >&2; exit 2; }
+stat() { st=; g=; read -r s 2>/dev/null <"/proc/$p/stat" || return 1; s=${s##*) }; set -- $s; st=$1; g=$3; }
+each() {
+  found=; for f in /proc/[0-9]*/environ; do
+    p=${f#/proc/}; p=${p%/environ}
+    [ "$p" = "$me" ] && continue
+    has "$f" "$m" && stat && $1
+  done
+}
+sig() {
+  [ -n "$g" ] && [ "$g" -gt 1 ] && [ "$g" != "$mine" ] && kill -$1 "-$g" 2>/dev/null
+  kill -$1 "$p" 2>/dev/null
+}
+stop() { case $st in T|t|Z|X) ;; *) found="$found $p"; sig STOP;; esac; }
+hit() { case $st in Z|X) ;; *) found="$found $p"; sig KILL;; esac; }
+p=$me; stat; mine=$g
+for phase in stop hit; do
+  n=0
+  while :; do
+    each $phase
+    [ -z "$found" ] && break
+    n=$((n+1))
+    [ $n -ge 200 ] && { echo "podvm-kill: processes of the run still there after $n scans:$found" >&2; exit 1; }
+  done
+done
+exit 0`
+
+// killCheck is in the kill command's environment, for killScript to find.
+const killCheck = "PODVM_KILL=1"
+
+// errKillBlind: the kill script could not read the environments of
+// processes, so it cannot tell the run's from others'.
+var errKillBlind = errors.New("the kill script cannot read process environments")
+
+// kill kills, inside sandbox container id, every process of the run
+// marked with marker, running the kill script as user (who may read and
+// signal the run's processes) in a second exec session, with a context
+// of its own (the run's has ended) bounded by [KillGrace]. A kill that
+// fails for a reason that may pass (the pids limit refusing its exec, the
+// script finding processes still appearing) is tried again within the
+// grace; one that cannot get better (no /bin/sh in the image, no
+// container, no Podman) is not.
+func (s *sandbox) kill(ctx context.Context, id, user, marker, name string) error {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillGrace)
+	defer cancel()
+	script := killProcess(user, marker)
+	var err error
+	for {
+		if err = s.killOnce(kctx, id, script); err == nil || permanent(err) {
+			break
+		}
+		select {
+		case <-kctx.Done():
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	switch {
+	case err == nil:
+		return nil
+	case kctx.Err() != nil:
+		err = fmt.Errorf("not done within %v: %w", KillGrace, err)
+	}
+	return fmt.Errorf("vm: %s: killing its processes in the sandbox: %w", name, err)
+}
+
+// newMarker returns a fresh marker: markerKey=<random>.
+func newMarker() string { return markerKey + "=" + randomHex() }
+
+// killProcess is the exec session that kills the run marked with marker,
+// as user.
+func killProcess(user, marker string) process {
+	return process{
+		Argv: []string{"/bin/sh", "-c", killScript, "podvm-kill", marker},
+		Env:  []string{killCheck},
+		User: user,
+	}
+}
+
+// killOnce runs the kill script once.
+func (s *sandbox) killOnce(ctx context.Context, id string, script process) error {
+	errs := capture.New(errCapture)
+	script.Stdout, script.Stderr = io.Discard, errs
+	code, _, err := s.d.exec(ctx, id, script)
+	switch {
+	case err != nil:
+		return err
+	case code == 0:
+		return nil
+	}
+	if err := startFailure("the kill script", code, 0, errs.String(), errs.Total()); err != nil {
+		return err
+	}
+	if code == 2 && strings.Contains(errs.String(), "podvm-kill: cannot read process environments") {
+		return fmt.Errorf("%w: %w", ErrPodman, errKillBlind)
+	}
+	return fmt.Errorf("%w: the kill script exited %d: %s", ErrPodman, code, strings.TrimSpace(errs.String()))
+}
+
+// permanent reports a kill failure that trying again will not mend.
+func permanent(err error) bool {
+	for _, target := range []error{exec.ErrNotFound, exec.ErrPermission, ErrNoSuchContainer, ErrContainerNotRunning, ErrUnavailable, ErrRemoved, errKillBlind} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,227 @@
+package vm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// labelToken names one sandbox's container before its ID is known, so
+// that a failed or cancelled Create, or a Remove after it, finds what
+// Podman made without touching a container of the same Name that is not
+// ours.
+const labelToken = "io.podvm.token"
+
+// errNotReached is wrapped, beside [ErrUnavailable], by a driver that
+// knows its call never reached Podman (no podman binary to run), so that
+// nothing can have been made.
+var errNotReached = errors.New("podman was not reached")
+
+// cleanupTimeout bounds the removal after a failed Create, and how long a
+// cancelled Create waits for Podman to finish the create it cut short.
+const cleanupTimeout = 30 * time.Second
+
+// sandbox is the one implementation of the [VM] contract, over a driver:
+// the lifecycle (this file), Run (run.go), how a run is stopped
+// (kill.go) and the copies (copy.go). [APIVM] and [CLIVM] are sandboxes
+// with the socket's and the CLI's driver.
+type sandbox struct {
+	d     driver
+	cfg   Config // with defaults
+	token string // value of labelToken on our container
+
+	st state
+	mu sync.Mutex // serializes Create and Remove; guards the fields below
+	// created: Create was called; gone: nothing of ours is left.
+	created, gone bool
+}
+
+func newSandbox(d driver, cfg Config) sandbox {
+	return sandbox{d: d, cfg: cfg.withDefaults(), token: randomHex()}
+}
+
+func randomHex() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ID returns the container's ID once Create succeeded, "" before.
+func (s *sandbox) ID() string { return s.st.ID() }
+
+// Create makes the image present as the config's [PullPolicy] says,
+// creates the container with every field of the [Config] and starts it.
+// It fails with [ErrAlreadyCreated] when called twice and [ErrRemoved]
+// after Remove. When a step fails, or ctx ends midway, it removes
+// whatever it made (found by a label of its own, never by Name) before it
+// returns: a create that ctx cut short is first allowed to finish, for
+// up to 30 s, since Podman may complete it after the cut. Failures match
+// [ErrImageNotFound], [ErrNameInUse], [ErrUnavailable] or [ErrPodman], or
+// wrap ctx's error.
+func (s *sandbox) Create(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.st.isRemoved():
+		return ErrRemoved
+	case s.created:
+		return ErrAlreadyCreated
+	}
+	s.created = true
+	if err := s.d.ensureImage(ctx, s.cfg); err != nil {
+		s.gone = true // nothing was made
+		return err
+	}
+	id, err := s.createContainer(ctx)
+	if err == nil {
+		s.st.setID(id)
+		return nil
+	}
+	if errors.Is(err, errNotReached) {
+		s.gone = true // nothing was made
+		return err
+	}
+	// With a context of its own: ctx may be what ended the create.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	rmErr := s.removeMade(cctx, id)
+	switch {
+	case rmErr == nil:
+	case errors.Is(err, ErrUnavailable) && errors.Is(rmErr, ErrUnavailable):
+		// Podman cannot be reached, most likely never was: whatever it
+		// may have made carries podvm's labels, for Reap.
+	default:
+		return errors.Join(err, fmt.Errorf("vm: removing what the failed create made: %w", rmErr))
+	}
+	s.gone = true
+	return err
+}
+
+// createContainer runs the driver's create to its end even when ctx ends
+// first. A create cut short can still complete in Podman afterwards (the
+// service goes on with a request whose client left; a killed podman
+// client's service does too) and, were it abandoned, would leave a
+// container after the removal by label had found none. So once ctx has
+// ended the create gets cleanupTimeout more to finish; only then is it
+// cancelled. It returns the ID of what it made, if anything, and ctx's
+// error when ctx ended.
+func (s *sandbox) createContainer(ctx context.Context) (string, error) {
+	labels := s.cfg.labels()
+	labels[labelToken] = s.token
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	type made struct {
+		id  string
+		err error
+	}
+	done := make(chan made, 1)
+	go func() {
+		id, err := s.d.create(cctx, s.cfg, labels)
+		done <- made{id, err}
+	}()
+	var m made
+	select {
+	case m = <-done:
+		return m.id, m.err
+	case <-ctx.Done():
+	}
+	select {
+	case m = <-done:
+	case <-time.After(cleanupTimeout):
+		cancel()
+		m = <-done
+	}
+	return m.id, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, ctx.Err())
+}
+
+// Remove force-removes the sandbox with no stop timeout, killing whatever
+// runs in it. It is idempotent and safe before Create, after a failed or
+// cancelled Create, and concurrently with itself; it waits for a Create in
+// progress. A container already gone counts as removed. After Remove, Run
+// and the copies fail with [ErrRemoved], even when Remove itself failed
+// (a later Remove tries again).
+func (s *sandbox) Remove(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.markRemoved()
+	defer s.d.close() // nothing else will use what it keeps
+	if !s.created || s.gone {
+		return nil
+	}
+	if err := s.removeMade(ctx, s.st.ID()); err != nil {
+		return err
+	}
+	s.gone = true
+	return nil
+}
+
+// removeMade removes our container: id when known, else whatever carries
+// our label, which also finds one that a failed create left behind.
+func (s *sandbox) removeMade(ctx context.Context, id string) error {
+	if id != "" {
+		return s.d.remove(ctx, id)
+	}
+	made, err := s.d.list(ctx, labelToken+"="+s.token)
+	if err != nil {
+		return err
+	}
+	for _, c := range made {
+		if err := s.d.remove(ctx, c.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// state is the lifecycle as Run and the copies see it: not created,
+// created, removed. It is safe for concurrent use.
+type state struct {
+	mu      sync.RWMutex
+	id      string
+	removed bool
+}
+
+// container returns the container ID, or ErrNotCreated / ErrRemoved.
+func (s *state) container() (string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case s.removed:
+		return "", ErrRemoved
+	case s.id == "":
+		return "", ErrNotCreated
+	}
+	return s.id, nil
+}
+
+// setID records the container once Create succeeded.
+func (s *state) setID(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.id = id
+}
+
+// markRemoved makes every later use fail with ErrRemoved.
+func (s *state) markRemoved() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removed = true
+}
+
+// isRemoved reports whether markRemoved was called.
+func (s *state) isRemoved() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.removed
+}
+
+// ID returns the container ID, "" before Create.
+func (s *state) ID() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.id
+}

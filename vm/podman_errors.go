@@ -1,0 +1,133 @@
+package vm
+
+import (
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/libpod"
+)
+
+// This file is where Podman's failures are recognised: one table of the
+// messages Podman prints or answers, for both transports and both Podman
+// versions, and one rule that tells Podman failing to start a command
+// from the command's own exit status. The samples the table was written
+// from are in testdata/podman-stderr (the CLI, local and remote) and
+// testdata/libpod (the REST API), replayed by the tests.
+
+// podmanMessages are Podman's failure messages, most specific first, each
+// with the error it means.
+var podmanMessages = []struct {
+	re  *regexp.Regexp
+	err error
+}{
+	// runc could not start an exec's command.
+	{regexp.MustCompile(`chdir to cwd \(.*\) set in config\.json failed`), exec.ErrDirNotFound},
+	{regexp.MustCompile(`OCI runtime attempted to invoke a command that was not found`), exec.ErrNotFound},
+	{regexp.MustCompile(`OCI permission denied`), exec.ErrPermission},
+	// The container.
+	{regexp.MustCompile(`no such container|no container with name or ID|container ".*" does not exist`), ErrNoSuchContainer},
+	{regexp.MustCompile(`container state improper|container [^ ]+ is not running`), ErrContainerNotRunning},
+	{regexp.MustCompile(`that name is already in use`), ErrNameInUse},
+	// The image: absent under --pull never, or no registry gave it.
+	{regexp.MustCompile(`image not known|failed to find image|no such image|initializing source docker://|did not resolve to an alias|manifest unknown`), ErrImageNotFound},
+	// A path given to a copy.
+	{regexp.MustCompile(`could not be found on container`), fs.ErrNotExist},
+	// The service.
+	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket`), ErrUnavailable},
+	// Known, with no better sentinel than ErrPodman.
+	{regexp.MustCompile(`unable to find user`), ErrPodman},
+}
+
+// recognise returns the error of the first of podmanMessages found in
+// msg, or nil.
+func recognise(msg string) error {
+	for _, m := range podmanMessages {
+		if m.re.MatchString(msg) {
+			return m.err
+		}
+	}
+	return nil
+}
+
+// startFailure returns an error when an exec session's outcome is Podman
+// failing to start the command rather than the command's own exit. Both
+// transports carry Podman's message and the command's stderr on one
+// stream, so it decides by content: the status is one Podman uses for its
+// own failures (125; 126 or 127 when runc could not execute the command;
+// 255 from the local CLI), nothing reached stdout, stderr is wholly
+// Podman's own lines ("Error: ...", the CLI's "Cannot connect to
+// Podman..."), and podmanMessages recognises them. Anything else is the
+// command's exit and stays data, a command's own "Error: the build
+// failed" and 125 included; only a command that prints Podman's exact
+// message and exits with its status is mistaken for Podman.
+//
+// stderrHead is the start of stderr, stderrTotal its full length.
+func startFailure(name string, code int, stdoutTotal int64, stderrHead string, stderrTotal int64) error {
+	switch code {
+	case 125, 126, 127, 255:
+	default:
+		return nil
+	}
+	if stdoutTotal != 0 || stderrTotal == 0 || int64(len(stderrHead)) != stderrTotal {
+		return nil
+	}
+	lines := strings.Split(strings.TrimSpace(stderrHead), "\n")
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "Error: ") && !strings.HasPrefix(l, "Cannot connect to Podman") {
+			return nil
+		}
+	}
+	sentinel := recognise(stderrHead)
+	if sentinel == nil || sentinel == fs.ErrNotExist {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(lines[0], "Error: "))
+}
+
+// CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,
+// next to the sentinel it was mapped to, so that [errors.As] reaches what
+// podman said.
+type CLIError struct {
+	// Op is podman's subcommand: "run", "exec", "cp", "rm".
+	Op string
+	// ExitCode is podman's exit status.
+	ExitCode int
+	// Stderr is podman's standard error, as captured.
+	Stderr string
+}
+
+// Error returns podman's error lines, without their "Error: " prefixes.
+func (e *CLIError) Error() string {
+	var msgs []string
+	for _, l := range strings.Split(e.Stderr, "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(l), "Error: "); ok {
+			msgs = append(msgs, m)
+		}
+	}
+	if len(msgs) == 0 {
+		msgs = append(msgs, strings.TrimSpace(e.Stderr))
+	}
+	return fmt.Sprintf("podman %s exited %d: %s", e.Op, e.ExitCode, strings.Join(msgs, "; "))
+}
+
+// APIError is a request to the Podman service that failed: [APIVM]'s
+// errors wrap one, next to the sentinel it was mapped to, so that
+// [errors.As] reaches what the service answered (its HTTP status, libpod's
+// cause and message) or, when no answer came, the transport's error.
+type APIError = libpod.Error
+
+// classify wraps native, Podman's failure of op on what (which may be
+// empty), with the sentinel msg is recognised as, ErrPodman when none.
+func classify(op, what, msg string, native error) error {
+	sentinel := recognise(msg)
+	if sentinel == nil {
+		sentinel = ErrPodman
+	}
+	if what != "" {
+		op += " " + what
+	}
+	return fmt.Errorf("%w: %s: %w", sentinel, op, native)
+}

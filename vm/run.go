@@ -1,0 +1,215 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/capture"
+	"github.com/podvm/podvm/internal/deadline"
+)
+
+// sniffBytes is how much of stderr is kept, besides the capture, to
+// recognise Podman's own failure to start a command.
+const sniffBytes = 4 << 10
+
+// Run runs cmd in the sandbox as a Podman exec session and waits for it,
+// keeping the [VM.Run] contract. Its output is split into stdout and
+// stderr as it arrives, into captures capped at cmd.MaxOutput() and the
+// live writers; Stdin is streamed, then closed. The exit status is read
+// once the output has been drained and the session has stopped. A
+// non-zero exit is data, 125 to 127 included; when Podman could not start
+// the command (see the start-failure rule in podman_errors.go), Run
+// returns a nil Result and an error matching [exec.ErrNotFound],
+// [exec.ErrPermission] or [exec.ErrDirNotFound] (Podman's message may
+// have reached a live Stderr writer). Other failures match
+// [ErrNoSuchContainer], [ErrContainerNotRunning], [ErrUnavailable] or
+// [ErrPodman].
+//
+// Podman carries argv, env and the working directory as JSON strings, so
+// a command with bytes that are not UTF-8 in them is refused with
+// [exec.ErrInvalidCommand] before anything runs, never altered.
+//
+// When the timeout or ctx stops the run, every process the command
+// started is killed inside the sandbox (see kill.go) and Run returns the
+// partial Result with TimedOut set and an error matching
+// [context.DeadlineExceeded] or [context.Canceled], within the timeout
+// plus [KillGrace]; a kill that could not finish is part of the error.
+func (s *sandbox) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
+	res, err := s.run(ctx, cmd)
+	return s.st.ended(cmd.Name, res, err)
+}
+
+// run is Run but for a Remove during the run.
+func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
+	if err := cmd.Validate(); err != nil {
+		return nil, err
+	}
+	if err := validUTF8(cmd); err != nil {
+		return nil, err
+	}
+	id, err := s.st.container()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
+	}
+	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
+	defer cancel()
+
+	start := time.Now()
+	p, marker := s.process(cmd)
+	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
+	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
+	sniff := capture.New(sniffBytes)
+	var stdin *errReader
+	if cmd.Stdin != nil {
+		stdin = &errReader{r: cmd.Stdin}
+		p.Stdin = stdin
+	}
+	p.Stdout, p.Stderr = stdout, io.MultiWriter(stderr, sniff)
+	code, started, err := s.d.exec(runCtx, id, p)
+	if err != nil {
+		stop := deadline.Err("vm", ctx, runCtx, cmd.Name, cmd.Timeout)
+		var killErr error
+		if started || stop != nil { // the command may be running
+			killErr = s.kill(ctx, id, p.User, marker, cmd.Name)
+		}
+		switch {
+		case stop != nil:
+			res := result(stdout, stderr, -1, start)
+			res.TimedOut = true
+			return res, errors.Join(stop, killErr)
+		case started:
+			return result(stdout, stderr, -1, start), errors.Join(fmt.Errorf("vm: %s: %w", cmd.Name, err), killErr)
+		}
+		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
+	}
+	if err := startFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
+		return nil, err
+	}
+	res := result(stdout, stderr, code, start)
+	for _, f := range []struct {
+		name string
+		err  error
+	}{{"stdin", stdin.Err()}, {"stdout writer", stdout.LiveErr()}, {"stderr writer", stderr.LiveErr()}} {
+		if f.err != nil {
+			return res, fmt.Errorf("vm: %s: %s: %w", cmd.Name, f.name, f.err)
+		}
+	}
+	return res, nil
+}
+
+// markerKey is the environment variable that tags every process of one
+// Run, so that the kill can find the command's whole tree inside the
+// sandbox: children inherit it.
+const markerKey = "PODVM_RUN"
+
+// process is the exec session for cmd, and the marker its processes
+// carry.
+func (s *sandbox) process(cmd exec.Command) (process, string) {
+	marker := newMarker()
+	dir := cmd.Dir
+	if dir == "" {
+		dir = s.cfg.Workdir
+	}
+	return process{
+		Argv:    append([]string{cmd.Name}, cmd.Args...),
+		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
+		Workdir: dir,
+		User:    s.cfg.User,
+	}, marker
+}
+
+// validUTF8 refuses a command that Podman would alter: it carries argv,
+// env and the working directory as JSON strings, where bytes that are not
+// UTF-8 become U+FFFD.
+func validUTF8(cmd exec.Command) error {
+	bad := func(what string, i int, s string) error {
+		if i >= 0 {
+			what = fmt.Sprintf("%s %d", what, i)
+		}
+		return fmt.Errorf("%w: %s %q is not valid UTF-8, which Podman's exec cannot carry unaltered", exec.ErrInvalidCommand, what, s)
+	}
+	switch {
+	case !utf8.ValidString(cmd.Name):
+		return bad("name", -1, cmd.Name)
+	case !utf8.ValidString(cmd.Dir):
+		return bad("dir", -1, cmd.Dir)
+	}
+	for i, a := range cmd.Args {
+		if !utf8.ValidString(a) {
+			return bad("argument", i, a)
+		}
+	}
+	for i, e := range cmd.Env {
+		if !utf8.ValidString(e) {
+			return bad("env entry", i, e)
+		}
+	}
+	return nil
+}
+
+func result(stdout, stderr *capture.Stream, code int, start time.Time) *exec.Result {
+	return &exec.Result{
+		Stdout:      stdout.String(),
+		Stderr:      stderr.String(),
+		ExitCode:    code,
+		Duration:    time.Since(start),
+		Truncated:   stdout.Truncated() || stderr.Truncated(),
+		StdoutBytes: stdout.Total(),
+		StderrBytes: stderr.Total(),
+	}
+}
+
+// ended reports a run that Remove cut short as such. A run refused
+// before it started (an invalid command, or ErrRemoved already) is left
+// as it is. A run during which Remove began, and that ended by an error,
+// by a signal (the 137 of a process the removal killed) or with Podman's
+// own failure status 125 (Podman 5's CLI, when the container went
+// mid-exec), was ended by Remove; any other exit status stays data.
+func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
+	if !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
+		return res, err
+	}
+	if err == nil && (res == nil || res.ExitCode <= 128 && res.ExitCode != 125) {
+		return res, err
+	}
+	return res, errors.Join(fmt.Errorf("vm: %s: %w while it ran", name, ErrRemoved), err)
+}
+
+// errReader keeps the first error of r other than io.EOF. Its Err may be
+// called while another goroutine reads, and on a nil *errReader.
+type errReader struct {
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF {
+		e.mu.Lock()
+		if e.err == nil {
+			e.err = err
+		}
+		e.mu.Unlock()
+	}
+	return n, err
+}
+
+// Err is the first error other than io.EOF that a Read has returned.
+func (e *errReader) Err() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
