@@ -7,7 +7,14 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/podvm/podvm/internal/targuard"
 )
+
+// ErrUnsafeArchive: a tar stream handed to CopyIn, or coming out of the
+// sandbox in CopyOut, holds an entry that would land outside its
+// destination. The error names the entry.
+var ErrUnsafeArchive = targuard.ErrUnsafe
 
 // ErrInvalidPath: a path given to CopyIn or CopyOut is not an absolute
 // path in the sandbox (or holds a NUL byte); nothing was copied.
@@ -29,7 +36,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	in := &errReader{r: guardTar(r, "")}
+	in := &errReader{r: targuard.New(r, "")}
 	err = s.d.copyIn(ctx, id, dir, in)
 	if in.Err() != nil {
 		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
@@ -60,7 +67,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 		base = "" // the whole root: nothing to name
 	}
 	pr, pw := io.Pipe()
-	g := guardTar(pr, base)
+	g := targuard.New(pr, base)
 	copied := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(w, g)
@@ -78,7 +85,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 		return errors.Join(fmt.Errorf("vm: copy out %s: %w", p, copyErr), err)
 	case err != nil:
 		return err
-	case g.entries == 0:
+	case g.Entries() == 0:
 		return fmt.Errorf("%w: copy out %s: the archive Podman made holds no entry", ErrPodman, p)
 	}
 	return nil

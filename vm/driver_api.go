@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
@@ -23,17 +22,10 @@ var _ driver = apiDriver{}
 // sandbox alive and reaps orphans, and needs nothing from the image.
 var apiInitEntrypoint = []string{"/run/podman-init", "-P"}
 
-const (
-	// apiPollFirst and apiPollMax bound how often a session whose stream
-	// is still open is inspected, to notice a process that has exited
-	// while something else (a background child) holds its output open.
-	apiPollFirst = 100 * time.Millisecond
-	apiPollMax   = time.Second
-	// apiStreamGrace is how long a stream may stay open once its process
-	// has exited before it is closed: the host executor's grace for its
-	// pipes.
-	apiStreamGrace = exec.DefaultKillGrace
-)
+// apiStreamGrace is how long an exec's stream may stay open once its
+// process has exited before it is closed: the host executor's grace for
+// its pipes.
+const apiStreamGrace = exec.DefaultKillGrace
 
 // apiError maps an error of internal/libpod to the vm error it means,
 // wrapping both: [ErrUnavailable] when no answer came (the socket is gone,
@@ -184,14 +176,11 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 	return libpod.Namespace{Mode: "bridge"}, map[string]struct{}{network: {}}
 }
 
-// exec runs p in an exec session streamed on a connection of its own:
-// its output is demultiplexed into p.Stdout and p.Stderr as it arrives,
-// p.Stdin is copied to it, then half-closed. When ctx ends, the stream is
-// closed and, on services that can (Podman 4.8 and later), the session
-// force-removed.
+// exec runs p in an exec session streamed on a connection of its own
+// (see [libpod.Client.Exec]). When ctx ends, the stream is closed and, on
+// services that can (Podman 4.8 and later), the session force-removed.
 func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, error) {
-	name := p.Argv[0]
-	execID, err := a.c.ExecCreate(ctx, id, libpod.ExecConfig{
+	code, execID, err := a.c.Exec(ctx, id, libpod.ExecConfig{
 		Cmd:          p.Argv,
 		Env:          p.Env,
 		WorkingDir:   p.Workdir,
@@ -199,110 +188,16 @@ func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, e
 		AttachStdin:  p.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-	})
-	if err != nil {
-		return -1, false, apiError("exec", name, err)
-	}
-	s, err := a.c.ExecStart(ctx, execID)
-	if err != nil { // the service refused to start it, or ctx ended
-		return -1, false, apiError("exec", name, err)
-	}
-	ss := &session{id: execID, s: s, done: make(chan struct{})}
-	go func() {
-		ss.err = libpod.Demux(s, p.Stdout, p.Stderr)
-		close(ss.done)
-	}()
-	if p.Stdin != nil {
-		ss.stdin = true
-		go func() {
-			io.Copy(s, p.Stdin) // a write error: the process stopped reading
-			s.CloseWrite()
-		}()
-	}
-	code, err := a.finish(ctx, ss)
-	ss.close()
+	}, p.Stdin, p.Stdout, p.Stderr, apiStreamGrace)
 	if err != nil {
 		if ctx.Err() != nil && execID != "" && a.c.CanRemoveExec() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillGrace)
 			a.c.ExecRemove(rctx, execID, true) // the kill that follows reports what survives
 			cancel()
 		}
-		return -1, true, apiError("exec", name, err)
+		return -1, execID != "", apiError("exec", p.Argv[0], err)
 	}
 	return code, true, nil
-}
-
-// session is a started exec session whose stream is being demultiplexed.
-type session struct {
-	id    string
-	s     *libpod.ExecStream
-	done  chan struct{} // closed when Demux has returned
-	err   error         // Demux's error, once done is closed
-	stdin bool          // stdin is being copied to the stream
-}
-
-// close closes the stream and waits for Demux to return.
-func (ss *session) close() {
-	ss.s.Close()
-	<-ss.done
-}
-
-// finish waits for the session's end and returns its exit status: first
-// the stream's end, then the session's inspect, until it no longer runs.
-// While the stream is open it polls the inspect: when the process has
-// exited and the stream is still open apiStreamGrace later, the stream is
-// closed (Podman ends a session's stream when its process exits, whatever
-// children it left; a stream that outlives it is stuck). A stream that
-// fails while stdin is being written to a process that has exited (the
-// service resets a connection whose input nobody read) ends like a
-// drained one: the output sent before the reset is read first. It
-// returns ctx's error when ctx ends first, and an error when the stream
-// fails otherwise (the connection was dropped).
-func (a apiDriver) finish(ctx context.Context, ss *session) (int, error) {
-	every := apiPollFirst
-	poll := time.NewTimer(every)
-	defer poll.Stop()
-	var hang <-chan time.Time
-	for drained := false; !drained; {
-		select {
-		case <-ss.done:
-			if ss.err != nil && !(ss.stdin && a.exited(ctx, ss.id)) {
-				return -1, ss.err
-			}
-			drained = true
-		case <-hang:
-			drained = true // the process is gone; what holds its stream is not waited for
-		case <-ctx.Done():
-			return -1, ctx.Err()
-		case <-poll.C:
-			if a.exited(ctx, ss.id) {
-				hang = time.After(apiStreamGrace)
-				continue
-			}
-			every = min(2*every, apiPollMax)
-			poll.Reset(every)
-		}
-	}
-	for delay := 2 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-		st, err := a.c.ExecInspect(ctx, ss.id)
-		if err != nil {
-			return -1, err
-		}
-		if !st.Running {
-			return st.ExitCode, nil
-		}
-		select {
-		case <-ctx.Done():
-			return -1, ctx.Err()
-		case <-time.After(delay):
-		}
-	}
-}
-
-// exited reports that session execID is known to have stopped running.
-func (a apiDriver) exited(ctx context.Context, execID string) bool {
-	st, err := a.c.ExecInspect(ctx, execID)
-	return err == nil && !st.Running
 }
 
 // copyIn checks that dir is a directory (PUT would answer a missing one

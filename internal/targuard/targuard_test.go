@@ -1,4 +1,4 @@
-package vm
+package targuard
 
 import (
 	"archive/tar"
@@ -59,7 +59,7 @@ func TestGuardTarPassesSafeArchives(t *testing.T) {
 		entry{Type: tar.TypeSymlink, Name: "out/dots", Linkname: "..hidden/.x"},
 		entry{Type: tar.TypeLink, Name: "out/hard2", Linkname: "./out/big"},
 	)
-	got, err := io.ReadAll(guardTar(bytes.NewReader(in), ""))
+	got, err := io.ReadAll(New(bytes.NewReader(in), ""))
 	require.NoError(t, err)
 
 	want := listTar(t, in)
@@ -140,8 +140,8 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := archive(t, append([]entry{{Name: "first", Body: "ok"}}, tc.entries...)...)
-			got, err := io.ReadAll(guardTar(bytes.NewReader(in), ""))
-			require.ErrorIs(t, err, ErrUnsafeArchive)
+			got, err := io.ReadAll(New(bytes.NewReader(in), ""))
+			require.ErrorIs(t, err, ErrUnsafe)
 			assert.Contains(t, err.Error(), `"`+tc.culprit+`"`, "the error names the entry")
 			// What came out before the refusal holds only the safe entries.
 			var names []string
@@ -160,14 +160,14 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 }
 
 func TestGuardTarEmptyAndCorrupt(t *testing.T) {
-	got, err := io.ReadAll(guardTar(bytes.NewReader(archive(t)), ""))
+	got, err := io.ReadAll(New(bytes.NewReader(archive(t)), ""))
 	require.NoError(t, err)
 	assert.Empty(t, listTar(t, got))
 
 	in := archive(t, entry{Name: "f", Body: strings.Repeat("x", 2000)})
-	_, err = io.ReadAll(guardTar(bytes.NewReader(in[:700]), ""))
+	_, err = io.ReadAll(New(bytes.NewReader(in[:700]), ""))
 	require.Error(t, err, "a truncated stream is an error, not a short archive")
-	assert.False(t, errors.Is(err, ErrUnsafeArchive))
+	assert.False(t, errors.Is(err, ErrUnsafe))
 }
 
 // FuzzCheckEntry builds archives from lines "TYPE NAME [TARGET]" (TYPE f,
@@ -219,7 +219,7 @@ func FuzzCheckEntry(f *testing.F) {
 			for l := range links {
 				set[l] = true
 			}
-			if checkEntry(h, set) != nil {
+			if Check(h, set) != nil {
 				continue
 			}
 			clean := path.Clean(name)
@@ -326,4 +326,37 @@ func physical(p string, links map[string]string) (string, bool) {
 		parts = append(strings.Split(target, "/"), parts...)
 	}
 	return strings.Join(cur, "/"), true
+}
+
+// Podman names the entries of a followed symlink after its target; a
+// root names them after the path that was asked for, links included.
+func TestGuardTarRenamesTheRoot(t *testing.T) {
+	in := archive(t,
+		entry{Type: tar.TypeDir, Name: "d/", Mode: 0o755},
+		entry{Name: "d/f", Body: "x"},
+		entry{Type: tar.TypeLink, Name: "d/h", Linkname: "d/f"},
+		entry{Type: tar.TypeSymlink, Name: "d/s", Linkname: "f"},
+	)
+	g := New(bytes.NewReader(in), "dl")
+	got, err := io.ReadAll(g)
+	require.NoError(t, err)
+	assert.Equal(t, 4, g.Entries())
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(got))
+	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+		names = append(names, h.Name+">"+h.Linkname)
+	}
+	assert.Equal(t, []string{"dl/>", "dl/f>", "dl/h>dl/f", "dl/s>f"}, names)
+
+	// The same name, or no root, renames nothing.
+	for _, root := range []string{"d", ""} {
+		got, err := io.ReadAll(New(bytes.NewReader(in), root))
+		require.NoError(t, err)
+		assert.Equal(t, listTar(t, in), listTar(t, got), "root %q", root)
+	}
+	// An empty stream has no entry.
+	g = New(bytes.NewReader(archive(t)), "x")
+	_, err = io.ReadAll(g)
+	require.NoError(t, err)
+	assert.Zero(t, g.Entries())
 }

@@ -1,4 +1,8 @@
-package vm
+// Package targuard checks tar streams on their way into and out of a
+// sandbox: an entry that would land outside the stream's destination,
+// whether by its own name or through the stream's own links, is refused.
+// It streams, holding one chunk at a time, never the whole archive.
+package targuard
 
 import (
 	"archive/tar"
@@ -11,14 +15,13 @@ import (
 	"strings"
 )
 
-// ErrUnsafeArchive: a tar stream handed to CopyIn, or coming out of the
-// sandbox in CopyOut, holds an entry that would land outside its
+// ErrUnsafe: a tar stream holds an entry that would land outside its
 // destination. The error names the entry.
-var ErrUnsafeArchive = errors.New("vm: unsafe archive entry")
+var ErrUnsafe = errors.New("vm: unsafe archive entry")
 
-// guardTar returns a reader that yields the tar stream r, entry by entry,
-// re-encoded, and fails with an error wrapping [ErrUnsafeArchive] at the
-// first entry that [checkEntry] refuses. Nothing of a refused entry is
+// New returns a reader that yields the tar stream r, entry by entry,
+// re-encoded, and fails with an error wrapping [ErrUnsafe] at the
+// first entry that [Check] refuses. Nothing of a refused entry is
 // emitted. It pulls from r only as it is read, so it holds one chunk of
 // the stream in memory, never the whole archive.
 //
@@ -26,13 +29,14 @@ var ErrUnsafeArchive = errors.New("vm: unsafe archive entry")
 // its first entry's top-level name is another (Podman names a followed
 // symlink's entries after its target), that name is replaced by root in
 // every entry and hard link.
-func guardTar(r io.Reader, root string) *tarGuard {
-	g := &tarGuard{tr: tar.NewReader(r), links: map[string]bool{}, root: root}
+func New(r io.Reader, root string) *Reader {
+	g := &Reader{tr: tar.NewReader(r), links: map[string]bool{}, root: root}
 	g.tw = tar.NewWriter(&g.out)
 	return g
 }
 
-type tarGuard struct {
+// Reader is a tar stream being checked; see [New].
+type Reader struct {
 	tr      *tar.Reader
 	tw      *tar.Writer
 	out     bytes.Buffer // encoded bytes not yet read
@@ -41,12 +45,14 @@ type tarGuard struct {
 	err     error // sticky; io.EOF once the trailer is out
 	// root names the tree; from is the top-level name it replaces.
 	root, from string
-	// entries counts the entries emitted.
-	entries int
+	entries    int // emitted
 }
 
+// Entries counts the entries read so far, all of them accepted.
+func (g *Reader) Entries() int { return g.entries }
+
 // rename replaces the top-level name g.from of name with g.root.
-func (g *tarGuard) rename(name string) string {
+func (g *Reader) rename(name string) string {
 	if g.from == g.root {
 		return name
 	}
@@ -60,7 +66,7 @@ func (g *tarGuard) rename(name string) string {
 	return g.root + "/" + rest
 }
 
-func (g *tarGuard) Read(p []byte) (int, error) {
+func (g *Reader) Read(p []byte) (int, error) {
 	for g.out.Len() == 0 && g.err == nil {
 		g.err = g.fill()
 	}
@@ -72,7 +78,7 @@ func (g *tarGuard) Read(p []byte) (int, error) {
 
 // fill encodes the next piece of the stream into g.out: a chunk of the
 // current entry, the next header, or the trailer.
-func (g *tarGuard) fill() error {
+func (g *Reader) fill() error {
 	if g.inEntry {
 		_, err := io.CopyN(g.tw, g.tr, 32<<10)
 		if err == io.EOF {
@@ -100,7 +106,7 @@ func (g *tarGuard) fill() error {
 			h.Linkname = g.rename(strings.TrimPrefix(h.Linkname, "./"))
 		}
 	}
-	if err := checkEntry(h, g.links); err != nil {
+	if err := Check(h, g.links); err != nil {
 		return err
 	}
 	g.entries++
@@ -124,9 +130,9 @@ func (g *tarGuard) fill() error {
 // directories, by no more than its own depth, then only descends, through
 // symlinks that do the same: however they chain, in whatever order they
 // arrive, nothing resolves outside the root.
-func checkEntry(h *tar.Header, links map[string]bool) error {
+func Check(h *tar.Header, links map[string]bool) error {
 	unsafe := func(why string) error {
-		return fmt.Errorf("%w %q: %s", ErrUnsafeArchive, h.Name, why)
+		return fmt.Errorf("%w %q: %s", ErrUnsafe, h.Name, why)
 	}
 	name := path.Clean(h.Name)
 	switch {
