@@ -21,10 +21,10 @@ demo: ## compile and run a Go program in a sandbox, through both backends side b
 	$(GO) build -o .podvm/demo ./examples/demo && .podvm/demo -warm && .podvm/demo
 
 test: lint check-generate ## every test: unit and integration against a real Podman, then a leak check
-	@$(WITH_PODMAN); set -o pipefail; \
-	export PODVM_CONFORMANCE_LOG=$(CURDIR)/.podvm-conformance.log; rm -f "$$PODVM_CONFORMANCE_LOG"; \
-	$(GO) test -race -count=1 -timeout 15m ./... 2>&1 | tee .podvm-test.log; rc=$$?; \
-	scripts/conformance-table.sh "$$PODVM_CONFORMANCE_LOG" || rc=1; \
+	@$(WITH_PODMAN); \
+	$(GO) test -race -count=1 -timeout 15m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
+	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$$)' .podvm-test.log; \
+	scripts/conformance-table.sh .podvm-test.log || rc=1; \
 	if command -v podman >/dev/null; then scripts/check-leaks.sh || rc=1; fi; exit $$rc
 
 test-matrix: ## every conformance case on both backends (the parity test) on Podman 4.3 and 5.4, as a compatibility table (root)

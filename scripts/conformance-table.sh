@@ -1,18 +1,37 @@
 #!/bin/sh
-# Prints the conformance log written by vm/vmtest (lines
-# "backend<TAB>case<TAB>outcome") as a table: one row per case, one column
-# per backend, "pass", "FAIL", "skip" or "-" when the case did not run
-# there. Exits 1 when any cell is FAIL.
+# Prints the conformance results of a `go test -v` log as a table: one row
+# per case, one column per backend (TestConformanceAPI, TestConformanceCLI,
+# each backend of TestParity and the parity comparison itself), "pass",
+# "FAIL", "skip" or "-" when the case did not run there. Exits 1 when any
+# cell is FAIL.
 #
-# Usage: scripts/conformance-table.sh LOG
+# With -r it prints the records instead, "backend<TAB>case<TAB>outcome".
+#
+# Usage: scripts/conformance-table.sh [-r] LOG
 set -eu
-log=${1:?usage: conformance-table.sh LOG}
-[ -s "$log" ] || { echo "conformance: no results in $log"; exit 0; }
-awk -F'\t' '
-	!($1 in seenb) { seenb[$1] = 1; backends[nb++] = $1 }
-	!($2 in seenc) { seenc[$2] = 1; cases[nc++] = $2 }
-	{ cell[$2, $1] = $3; if ($3 == "FAIL") failed = 1 }
+records=0
+[ "${1:-}" = -r ] && { records=1; shift; }
+log=${1:?usage: conformance-table.sh [-r] LOG}
+sed -n 's/^ *--- \(PASS\|FAIL\|SKIP\): \(TestConformance[A-Za-z0-9]*\|TestParity\)\/\([^ ]*\) .*/\1\t\2\t\3/p' "$log" |
+awk -F'\t' -v records=$records '
+	{
+		outcome = $1 == "PASS" ? "pass" : $1 == "FAIL" ? "FAIL" : "skip"
+		name = $3
+		if ($2 == "TestParity") {
+			n = split(name, part, "/")
+			if (part[n] == "api" || part[n] == "cli") {
+				backend = "parity:" part[n]; sub("/" part[n] "$", "", name)
+			} else backend = "parity"
+		} else { backend = $2; sub("^TestConformance", "", backend) }
+		if (!(backend in seenb)) { seenb[backend] = 1; backends[nb++] = backend }
+		if (!(name in seenc)) { seenc[name] = 1; cases[nc++] = name }
+		cell[name, backend] = outcome
+		if (outcome == "FAIL") failed = 1
+		if (records) printf "%s\t%s\t%s\n", backend, name, outcome
+	}
 	END {
+		if (records) exit failed
+		if (nc == 0) { print "conformance: no results in the log"; exit 0 }
 		w = 4
 		for (i = 0; i < nc; i++) if (length(cases[i]) > w) w = length(cases[i])
 		printf "%-" w "s", "case"
@@ -28,4 +47,4 @@ awk -F'\t' '
 			printf "\n"
 		}
 		exit failed
-	}' "$log"
+	}'

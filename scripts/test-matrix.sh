@@ -12,8 +12,8 @@
 # (podman4 or podman5), PODVM_PODMAN (the podman CLI the CLI backend runs:
 # the host's podman for 4.3, scripts/podman5-cli for 5.4, which is remote
 # only: PODVM_PODMAN_REMOTE=1) and
-# PODVM_CONFORMANCE_LOG, where vm/vmtest writes "backend<TAB>case<TAB>outcome"
-# per case. Then no podvm container may be left on that server.
+# go test -v's log turned into "backend<TAB>case<TAB>outcome" records per
+# case by scripts/conformance-table.sh -r. Then no podvm container may be left on that server.
 # Files, in $PODVM_STATE/matrix (default <repo>/.podvm/matrix): SERVER.log
 # (go test's output), SERVER.cases (the vmtest lines), table.md.
 # Exit status 0 only when both servers ran every case without a failure and
@@ -49,9 +49,7 @@ run() (
 	server=$1 cli=$3
 	eval "$2"
 	export PODVM_PODMAN_REMOTE="$4"
-	cases=$OUT/$server.cases
-	: >"$cases"
-	export PODVM_SERVER="$server" PODVM_PODMAN="$cli" PODVM_CONFORMANCE_LOG="$cases"
+	export PODVM_SERVER="$server" PODVM_PODMAN="$cli"
 	version=$(curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
 		grep -o '"Version":"[^"]*"' | head -n 1 | cut -d'"' -f4)
 	echo "$version" >"$OUT/$server.version"
@@ -61,7 +59,8 @@ run() (
 	log "$server (Podman $version): go test, output in $OUT/$server.log"
 	start=$(date +%s)
 	status=0
-	$GO test -race -count=1 -run '^TestParity$' ./vm/ >"$OUT/$server.log" 2>&1 || status=$?
+	$GO test -race -count=1 -v -run '^TestParity$' ./vm/ >"$OUT/$server.log" 2>&1 || status=$?
+	scripts/conformance-table.sh -r "$OUT/$server.log" >"$OUT/$server.cases" || true
 	tail -n 3 "$OUT/$server.log" >&2
 	log "$server: go test exit status $status after $(($(date +%s) - start)) s"
 	[ $status = 0 ] || echo "$status" >"$OUT/$server.failed"
@@ -106,7 +105,7 @@ run podman5 "$env5" "$REPO/scripts/podman5-cli" 1 # it has no local mode
 for server in podman4 podman5; do
 	echo
 	echo "Podman $(cat "$OUT/$server.version" 2>/dev/null) ($server), by case:"
-	scripts/conformance-table.sh "$OUT/$server.cases" || true
+	scripts/conformance-table.sh "$OUT/$server.log" || true
 done
 echo
 cat "$OUT/table.md"

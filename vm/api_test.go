@@ -323,7 +323,7 @@ func TestAPIRunStreamDropped(t *testing.T) {
 	t.Parallel()
 	name := "exec-start-interleaved"
 	v, svc := createdVM(t, "4.3", libpodtest.Routes{
-		"POST /exec/{id}/start": libpodtest.Seq(libpodtest.Cut(name, libpodtest.HeaderEnd(name)+1000), libpodtest.Recorded("exec-start-big")),
+		"POST /exec/{id}/start": libpodtest.Seq(libpodtest.Cut(name, libpodtest.HeaderEnd(name)+1000), libpodtest.Stream("podvm-kill: done\n")),
 		"GET /exec/{id}/json":   libpodtest.Recorded("exec-start-big-inspect"),
 	})
 	res, err := v.Run(context.Background(), exec.Command{Name: "x"})
@@ -348,7 +348,7 @@ func TestAPIRunTimeoutKillsByVersion(t *testing.T) {
 			t.Parallel()
 			routes := libpodtest.Routes{
 				// Session 1, the run, prints and hangs; session 2 is the kill.
-				"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"), libpodtest.Recorded("exec-start-big")),
+				"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"), libpodtest.Stream("podvm-kill: done\n")),
 				"GET /exec/{id}/json":   libpodtest.ByExec(libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-start-big-inspect")),
 			}
 			if c.remove > 0 {
@@ -391,7 +391,7 @@ func TestAPIRunTimeoutKillsByVersion(t *testing.T) {
 func TestAPIRunCancelled(t *testing.T) {
 	t.Parallel()
 	v, _ := createdVM(t, "4.3", libpodtest.Routes{
-		"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"), libpodtest.Recorded("exec-start-big")),
+		"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"), libpodtest.Stream("podvm-kill: done\n")),
 		"GET /exec/{id}/json":   libpodtest.ByExec(libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-start-big-inspect")),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -411,7 +411,7 @@ func TestAPIRunKillRetried(t *testing.T) {
 	t.Parallel()
 	v, svc := createdVM(t, "4.3", libpodtest.Routes{
 		"POST /exec/{id}/start": libpodtest.ByExec(libpodtest.Hold("exec-start-exit-3"),
-			libpodtest.Recorded("exec-start-unknown-user"), libpodtest.Recorded("exec-start-big")),
+			libpodtest.Recorded("exec-start-unknown-user"), libpodtest.Stream("podvm-kill: done\n")),
 		"GET /exec/{id}/json": libpodtest.ByExec(libpodtest.Recorded("exec-inspect-running"),
 			libpodtest.Recorded("exec-inspect-running"), libpodtest.Recorded("exec-start-big-inspect")),
 	})

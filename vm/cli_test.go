@@ -286,7 +286,7 @@ func TestCLIErrorSamples(t *testing.T) {
 		"command-exit-127":         nil,
 		"cp-in-no-such-container":  ErrNoSuchContainer,
 		"cp-out-no-such-container": ErrNoSuchContainer,
-		"cp-in-not-a-dir":          ErrPodman,
+		"cp-in-not-a-dir":          fs.ErrNotExist,
 		"cp-out-no-such-path":      fs.ErrNotExist,
 		"exec-is-directory":        exec.ErrPermission,
 		"exec-no-such-container":   ErrNoSuchContainer,
@@ -383,6 +383,7 @@ func TestCLIKillsInsideOnStop(t *testing.T) {
 					assert.True(t, hasDeadline, "the kill is bounded")
 					want := []string{"exec", "--env", killCheck, "--user", "65534", testID, "/bin/sh", "-c", killScript, "podvm-kill", marker}
 					assert.Equal(t, want, c.Args)
+					io.WriteString(c.Stdout, killDone+"\n")
 					return &exec.Result{}, nil
 				}),
 			)
@@ -427,7 +428,7 @@ func TestCLIKillIsRetried(t *testing.T) {
 	gomock.InOrder(
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(timedOut),
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(&exec.Result{ExitCode: 2, Stderr: "sh: can't fork: Resource temporarily unavailable\n"}, nil)).Times(2),
-		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{}, nil),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(&exec.Result{Stdout: killDone + "\n"}, nil)),
 	)
 	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: 10 * time.Millisecond})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -79,7 +78,11 @@ for phase in stop hit; do
     [ $n -ge 200 ] && { echo "podvm-kill: processes of the run still there after $n scans:$found" >&2; exit 1; }
   done
 done
-exit 0`
+echo "` + killDone + `"`
+
+// killDone is what killScript prints when it is done: an exit status
+// alone could be Podman's report of a session that never ran.
+const killDone = "podvm-kill: done"
 
 // killCheck is in the kill command's environment, for killScript to find.
 const killCheck = "PODVM_KILL=1"
@@ -136,14 +139,16 @@ func killProcess(user, marker string) process {
 
 // killOnce runs the kill script once.
 func (s *sandbox) killOnce(ctx context.Context, id string, script process) error {
-	errs := capture.New(errCapture)
-	script.Stdout, script.Stderr = io.Discard, errs
+	out, errs := capture.New(len(killDone)+1), capture.New(errCapture)
+	script.Stdout, script.Stderr = out, errs
 	code, _, err := s.d.exec(ctx, id, script)
 	switch {
 	case err != nil:
 		return err
-	case code == 0:
+	case code == 0 && out.String() == killDone+"\n":
 		return nil
+	case code == 0:
+		return fmt.Errorf("%w: the kill script ended without saying it was done", ErrPodman)
 	}
 	if err := startFailure("the kill script", code, 0, errs.String(), errs.Total()); err != nil {
 		return err

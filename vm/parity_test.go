@@ -13,16 +13,6 @@ import (
 	"github.com/podvm/podvm/vm/vmtest"
 )
 
-// TestParity runs every conformance case on both backends and requires
-// their Results to be identical, Duration excepted.
-func TestParity(t *testing.T) {
-	env := podmantest.Need(t)
-	vmtest.RunParity(t, map[string]vmtest.NewVM{
-		"cli": cliFactory(env),
-		"api": apiFactory(env),
-	})
-}
-
 // brokenVM swaps stdout and stderr and hides the exit status: a backend
 // the suite must reject.
 type brokenVM struct{ vm.VM }
@@ -35,20 +25,23 @@ func (b brokenVM) Run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	return res, err
 }
 
+type brokenHarness struct{ vmtest.Harness }
+
+func (b brokenHarness) NewVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
+	v, err := b.Harness.NewVM(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return brokenVM{v}, nil
+}
+
 // TestBrokenBackend is the suite run against brokenVM; it only runs when
 // TestConformanceCatchesABrokenBackend starts it, and must fail there.
 func TestBrokenBackend(t *testing.T) {
 	if os.Getenv("PODVM_TEST_BROKEN") == "" {
 		t.Skip("run by TestConformanceCatchesABrokenBackend")
 	}
-	newCLI := cliFactory(podmantest.Need(t))
-	vmtest.Run(t, func(t *testing.T, cfg vm.Config) (vm.VM, error) {
-		v, err := newCLI(t, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return brokenVM{v}, nil
-	})
+	vmtest.Run(t, brokenHarness{cliHarness(podmantest.Need(t))})
 }
 
 // The suite can fail: against a backend that swaps the streams and
@@ -57,7 +50,7 @@ func TestBrokenBackend(t *testing.T) {
 func TestConformanceCatchesABrokenBackend(t *testing.T) {
 	podmantest.Need(t)
 	cmd := osexec.Command(os.Args[0], "-test.run=^TestBrokenBackend$/^(output|exit)$/^(separate|7|empty)$", "-test.v")
-	cmd.Env = append(os.Environ(), "PODVM_TEST_BROKEN=1", "PODVM_CONFORMANCE_LOG=")
+	cmd.Env = append(os.Environ(), "PODVM_TEST_BROKEN=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("the suite passed a broken backend:\n%s", out)

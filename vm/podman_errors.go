@@ -33,8 +33,9 @@ var podmanMessages = []struct {
 	{regexp.MustCompile(`that name is already in use`), ErrNameInUse},
 	// The image: absent under --pull never, or no registry gave it.
 	{regexp.MustCompile(`image not known|failed to find image|no such image|initializing source docker://|did not resolve to an alias|manifest unknown`), ErrImageNotFound},
-	// A path given to a copy.
-	{regexp.MustCompile(`could not be found on container`), fs.ErrNotExist},
+	// A path given to a copy. `podman cp -` says the same of a missing
+	// destination and of a file: no directory there.
+	{regexp.MustCompile(`could not be found on container|destination must be a directory when copying from stdin`), fs.ErrNotExist},
 	// The service.
 	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket`), ErrUnavailable},
 	// Known, with no better sentinel than ErrPodman.

@@ -3,6 +3,8 @@ package libpod
 import (
 	"context"
 	"io"
+	"regexp"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,7 +26,10 @@ const (
 //
 // A stream still open grace after its process exited is closed (Podman
 // ends a session's stream when its process exits, whatever children it
-// left; one that outlives it is held by them). A stream that fails while
+// left; one that outlives it is held by them). Only a process known to
+// have started (seen running, or its output seen) counts as exited: the
+// service upgrades the connection before runc has started the process,
+// and until then the inspect says it does not run. A stream that fails while
 // stdin is being written to a process that has exited (the service
 // resets a connection whose input nobody read) ends like a drained one:
 // what was sent before the reset is read first. Exec does not wait for a
@@ -41,8 +46,11 @@ func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.R
 		return -1, "", err // it never started
 	}
 	ss := &session{id: execID, s: s, done: make(chan struct{})}
+	if stdin != nil {
+		stderr = dropAttachReset{stderr}
+	}
 	go func() {
-		ss.err = Demux(s, stdout, stderr)
+		ss.err = Demux(s, seenWriter{stdout, &ss.output}, seenWriter{stderr, &ss.output})
 		close(ss.done)
 	}()
 	if stdin != nil {
@@ -65,6 +73,38 @@ type session struct {
 	done  chan struct{} // closed when Demux has returned
 	err   error         // Demux's error, once done is closed
 	stdin bool          // stdin is being copied to the stream
+	// output is set once the stream has carried output: the process has
+	// started. Until then, an inspect saying it does not run may mean it
+	// has not begun yet (a slow start under the pids limit).
+	output atomic.Bool
+}
+
+// seenWriter sets seen on the first write.
+type seenWriter struct {
+	w    io.Writer
+	seen *atomic.Bool
+}
+
+func (s seenWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		s.seen.Store(true)
+	}
+	return s.w.Write(p)
+}
+
+// attachReset is the line Podman 4.3 writes on an exec's stderr when the
+// process exited while stdin was still being sent to it: the service's
+// own noise, not the command's.
+var attachReset = regexp.MustCompile(`^Error: write unixpacket [^\n]*/attach: write: (connection reset by peer|broken pipe)\n$`)
+
+// dropAttachReset drops a stderr frame that is Podman's attachReset line.
+type dropAttachReset struct{ w io.Writer }
+
+func (d dropAttachReset) Write(p []byte) (int, error) {
+	if attachReset.Match(p) {
+		return len(p), nil
+	}
+	return d.w.Write(p)
 }
 
 // finish waits for the session's end and returns its exit status: first
@@ -86,7 +126,11 @@ func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration) (
 		case <-ctx.Done():
 			return -1, ctx.Err()
 		case <-poll.C:
-			if c.exited(ctx, ss.id) {
+			st, err := c.ExecInspect(ctx, ss.id)
+			if err == nil && st.Running {
+				ss.output.Store(true) // seen running: it has started
+			}
+			if err == nil && !st.Running && ss.output.Load() {
 				hang = time.After(grace)
 				continue
 			}

@@ -31,9 +31,9 @@ func sh(script string, args ...string) exec.Command {
 }
 
 // run runs cmd, observing its outcome under label.
-func run(ctx context.Context, v exec.Executor, label string, cmd exec.Command) (*exec.Result, error, Observation) {
+func run(ctx context.Context, v exec.Executor, label string, cmd exec.Command) (*exec.Result, error, observation) {
 	res, err := v.Run(ctx, cmd)
-	return res, err, Observe(label, res, err)
+	return res, err, observe(label, res, err)
 }
 
 // want checks a finished run's outcome; a nil error is expected.
@@ -48,17 +48,17 @@ func want(t *testing.T, res *exec.Result, err error, stdout, stderr string, code
 }
 
 // single is a case made of one command whose outcome is fully known.
-func single(name, promise string, cmd exec.Command, stdout, stderr string, code int) Case {
-	return Case{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+func single(name, promise string, cmd exec.Command, stdout, stderr string, code int) testCase {
+	return testCase{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		res, err, o := run(ctx, v, name, cmd)
 		want(t, res, err, stdout, stderr, code)
-		return []Observation{o}
+		return []observation{o}
 	}}
 }
 
 // failing is a case whose command must fail with target before running.
-func failing(name, promise string, cmd exec.Command, target error) Case {
-	return Case{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+func failing(name, promise string, cmd exec.Command, target error) testCase {
+	return testCase{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		res, err, o := run(ctx, v, name, cmd)
 		if !errors.Is(err, target) {
 			t.Fatalf("got error %v (result %+v); want one matching %v", err, res, target)
@@ -66,7 +66,7 @@ func failing(name, promise string, cmd exec.Command, target error) Case {
 		if res != nil {
 			t.Errorf("a command that did not start has no Result; got %+v", res)
 		}
-		return []Observation{o}
+		return []observation{o}
 	}}
 }
 
@@ -83,7 +83,7 @@ func sandboxPS(ctx context.Context, t *testing.T, v vm.VM) string {
 // stopped is the shared body of the timeout and cancel cases: the command
 // must be stopped within its deadline plus Grace, keep its partial output,
 // and leave nothing of itself in the sandbox.
-func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Context) (context.Context, exec.Command, time.Duration), target error) []Observation {
+func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Context) (context.Context, exec.Command, time.Duration), target error) []observation {
 	// The sleeps' durations are unique so ps can tell them apart.
 	rctx, cmd, limit := stop(ctx)
 	start := time.Now()
@@ -107,14 +107,14 @@ func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Conte
 	if ps := sandboxPS(ctx, t, v); strings.Contains(ps, "sleep 3011") {
 		t.Errorf("the command's processes survived in the sandbox:\n%s", ps)
 	}
-	return []Observation{Observe("stopped", res, err)}
+	return []observation{observe("stopped", res, err)}
 }
 
 const treeScript = `echo started; sleep 3011 & sleep 3011`
 
 // Cases returns the conformance cases, a fresh table each call.
-func Cases() []Case {
-	cases := []Case{
+func cases(h Harness) []testCase {
+	cases := []testCase{
 		single("output/text", "stdout is captured as produced",
 			exec.Command{Name: "echo", Args: []string{"hello, sandbox"}}, "hello, sandbox\n", "", 0),
 		single("output/binary", "output is bytes, NULs and invalid UTF-8 included",
@@ -124,7 +124,7 @@ func Cases() []Case {
 		single("output/separate", "stdout and stderr are separate",
 			sh(`echo out; echo err >&2; echo out2`), "out\nout2\n", "err\n", 0),
 		{Name: "output/10MB", Promise: "large output arrives whole under a large enough cap",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				cmd := sh(`dd if=/dev/zero bs=1048576 count=10 2>/dev/null`)
 				cmd.MaxOutputBytes = 16 << 20
 				res, err, o := run(ctx, v, "10MB", cmd)
@@ -134,10 +134,10 @@ func Cases() []Case {
 				if res.StdoutBytes != 10<<20 || res.Stdout != strings.Repeat("\x00", 10<<20) || res.Truncated {
 					t.Errorf("got %d bytes (captured %d, truncated %v); want 10 MiB of NULs", res.StdoutBytes, len(res.Stdout), res.Truncated)
 				}
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "output/both-busy", Promise: "both streams are drained concurrently, in order, without deadlock",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o := run(ctx, v, "busy", sh(`i=0; while [ $i -lt 20000 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done`))
 				if err != nil {
 					t.Fatal(err)
@@ -150,10 +150,10 @@ func Cases() []Case {
 				if res.Stdout != out.String() || res.Stderr != errs.String() {
 					t.Errorf("streams mixed or lost: stdout %d bytes, stderr %d bytes; want %d, %d", len(res.Stdout), len(res.Stderr), out.Len(), errs.Len())
 				}
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "output/over-cap", Promise: "the capture keeps head and tail, counts every byte and tails from the true end",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				cmd := exec.Command{Name: "seq", Args: []string{"1", "100000"}, MaxOutputBytes: 1000}
 				res, err, o := run(ctx, v, "over-cap", cmd)
 				if err != nil {
@@ -165,7 +165,7 @@ func Cases() []Case {
 				if tail := res.StdoutTail(2); tail != "99999\n100000\n" {
 					t.Errorf("StdoutTail(2) = %q", tail)
 				}
-				return []Observation{o}
+				return []observation{o}
 			}},
 		single("exit/signal", "death by a signal is 128+signal",
 			sh(`kill -9 $$`), "", "", 137),
@@ -180,7 +180,7 @@ func Cases() []Case {
 			"$(id)|`id`|*|a;b|\"q\"|'s'|two words||ünï€ødé|$HOME|", "", 0),
 		{Name: "env/merge", Promise: "config env and command env merge, the command winning; no host variable enters",
 			Config: func(c *vm.Config) { c.Env = []string{"A=config", "B=config"} },
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				cmd := exec.Command{Name: "env", Env: []string{"B=command", "C=command"}}
 				res, err, _ := run(ctx, v, "env", cmd)
 				if err != nil {
@@ -208,11 +208,11 @@ func Cases() []Case {
 						r.Stdout += kv + "\n"
 					}
 				}
-				return []Observation{Observe("env", &r, nil)}
+				return []observation{observe("env", &r, nil)}
 			}},
 		{Name: "workdir", Promise: "the config's workdir is the default, Command.Dir overrides it, a missing one is ErrDirNotFound",
 			Config: func(c *vm.Config) { c.Workdir = "/tmp" },
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o1 := run(ctx, v, "default", exec.Command{Name: "pwd"})
 				want(t, res, err, "/tmp\n", "", 0)
 				res, err, o2 := run(ctx, v, "override", exec.Command{Name: "pwd", Dir: "/etc"})
@@ -221,18 +221,18 @@ func Cases() []Case {
 				if !errors.Is(err, exec.ErrDirNotFound) {
 					t.Errorf("missing workdir: got %v; want exec.ErrDirNotFound", err)
 				}
-				return []Observation{o1, o2, o3}
+				return []observation{o1, o2, o3}
 			}},
 		{Name: "user", Promise: "commands run as the config's user",
 			Config: func(c *vm.Config) { c.User = "65534:65534" },
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o := run(ctx, v, "id", sh(`id -u; id -g`))
 				want(t, res, err, "65534\n65534\n", "", 0)
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "stdin", Promise: "stdin is streamed whole and closed; no stdin reads as empty",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
-				var obs []Observation
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				var obs []observation
 				big := make([]byte, 5<<20)
 				_, _ = rand.Read(big)
 				for _, in := range []struct {
@@ -253,11 +253,11 @@ func Cases() []Case {
 				return obs
 			}},
 		{Name: "stdin-stuck", Promise: "a Stdin that never ends does not hold Run once the command has exited; a Stdin that fails is reported with the Result",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				stuck := make(chan struct{})
 				defer close(stuck)
 				never := blockingReader(stuck)
-				var obs []Observation
+				var obs []observation
 				for _, c := range []struct {
 					label string
 					cmd   exec.Command
@@ -281,7 +281,7 @@ func Cases() []Case {
 				return append(obs, o)
 			}},
 		{Name: "timeout", Promise: "a timeout kills the command and its children inside the sandbox, keeping partial output",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				return stopped(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
 					cmd := sh(treeScript)
 					cmd.Timeout = 2 * time.Second
@@ -289,7 +289,7 @@ func Cases() []Case {
 				}, context.DeadlineExceeded)
 			}},
 		{Name: "cancel", Promise: "cancelling the context kills the command and its children inside the sandbox",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				return stopped(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
 					rctx, cancel := context.WithCancel(ctx)
 					time.AfterFunc(2*time.Second, cancel)
@@ -297,8 +297,8 @@ func Cases() []Case {
 				}, context.Canceled)
 			}},
 		{Name: "concurrent", Promise: "concurrent Runs on one VM each get their own result",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
-				obs := make([]Observation, 16)
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				obs := make([]observation, 16)
 				var wg sync.WaitGroup
 				for i := range obs {
 					wg.Add(1)
@@ -309,14 +309,14 @@ func Cases() []Case {
 						if err != nil || res.Stdout != "out "+id+"\n" || res.Stderr != "err "+id+"\n" || res.ExitCode != i {
 							t.Errorf("run %d: got %+v, %v", i, res, err)
 						}
-						obs[i] = Observe(id, res, err)
+						obs[i] = observe(id, res, err)
 					}()
 				}
 				wg.Wait()
 				return obs
 			}},
 		{Name: "lifecycle/remove-twice", Promise: "Remove is idempotent; Run after Remove is ErrRemoved",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				for i := range 2 {
 					if err := v.Remove(ctx); err != nil {
 						t.Fatalf("Remove #%d: %v", i+1, err)
@@ -329,10 +329,10 @@ func Cases() []Case {
 				if v.CopyIn(ctx, "/tmp", bytes.NewReader(nil)) == nil {
 					t.Error("CopyIn after Remove succeeded")
 				}
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "lifecycle/remove-during-run", Promise: "a Run in progress when Remove is called ends promptly with ErrRemoved, not as a command that exited",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				started := make(chan struct{})
 				var once sync.Once
 				out := writerFunc(func(p []byte) (int, error) {
@@ -366,11 +366,11 @@ func Cases() []Case {
 					t.Errorf("got %+v, %v; want an error matching ErrRemoved", r.res, r.err)
 				}
 				// What the run printed and its status are the backend's own.
-				return []Observation{Observe("run", nil, r.err)}
+				return []observation{observe("run", nil, r.err)}
 			}},
 		{Name: "lifecycle/uncreated", Promise: "Run before Create is ErrNotCreated; Remove of a never-created VM succeeds",
 			Uncreated: true,
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o := run(ctx, v, "before-create", exec.Command{Name: "true"})
 				if !errors.Is(err, vm.ErrNotCreated) || res != nil {
 					t.Errorf("Run before Create: got %v, %v; want ErrNotCreated", res, err)
@@ -381,7 +381,7 @@ func Cases() []Case {
 				if err := v.Remove(ctx); err != nil {
 					t.Errorf("Remove before Create: %v", err)
 				}
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "copy/round-trip", Promise: "files copied in come back out byte for byte with their modes",
 			Test: copyRoundTrip},
@@ -390,7 +390,9 @@ func Cases() []Case {
 		cases = append(cases, single("exit/"+strconv.Itoa(code), "a non-zero exit is data, never an error",
 			sh(`exit $1`, strconv.Itoa(code)), "", "", code))
 	}
-	return append(cases, hardeningCases()...)
+	cases = append(cases, contractCases()...)
+	cases = append(cases, lifecycleCases(h)...)
+	return append(cases, hardeningCases(h)...)
 }
 
 type file struct {
@@ -399,7 +401,7 @@ type file struct {
 	data []byte
 }
 
-func copyRoundTrip(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+func copyRoundTrip(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	blob := make([]byte, 256<<10)
 	_, _ = rand.Read(blob)
 	files := []file{
@@ -460,7 +462,7 @@ func copyRoundTrip(ctx context.Context, t *testing.T, v vm.VM) []Observation {
 			t.Errorf("%s: %d bytes differ from the %d copied in", f.name, len(g.data), len(f.data))
 		}
 	}
-	return []Observation{o}
+	return []observation{o}
 }
 
 func keys(m map[string]file) []string {

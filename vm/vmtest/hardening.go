@@ -20,29 +20,29 @@ import (
 // KILL 5, SETGID 6, SETUID 7.
 const defaultCapEff = "00000000000000fb"
 
-// outcome is an Observation of facts a case derived, for output that
+// outcome is an observation of facts a case derived, for output that
 // differs from run to run (error messages of a fork bomb, say).
-func outcome(label string, facts ...any) Observation {
-	return Observation{Label: label, Result: &exec.Result{Stdout: fmt.Sprint(facts...)}}
+func outcome(label string, facts ...any) observation {
+	return observation{Label: label, Result: &exec.Result{Stdout: fmt.Sprint(facts...)}}
 }
 
 // hardeningCases check the sandbox's defenses: what untrusted code finds
 // inside, and that it cannot harm the host or outlive its timeout.
-func hardeningCases() []Case {
-	return []Case{
+func hardeningCases(h Harness) []testCase {
+	return []testCase{
 		{Name: "hardening/defaults", Promise: "by default: no-new-privileges, only vm.DefaultCapabilities, the pids limit, loopback only",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o := run(ctx, v, "defaults", sh(`id -u
 grep -E '^(NoNewPrivs|CapEff):' /proc/self/status | tr -s '\t ' ' '
 cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max
 sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 				want(t, res, err, fmt.Sprintf("0\nCapEff: %s\nNoNewPrivs: 1\n%d\nlo\n", defaultCapEff, vm.DefaultPids), "", 0)
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "hardening/fork-bomb", Promise: "a fork bomb is held by the pids limit, stopped by its timeout, and the sandbox stays usable",
 			Config:   func(c *vm.Config) { c.Pids = 64 },
 			Deadline: 2 * time.Minute,
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				// The classic `:(){ :|:& };:` is a syntax error in busybox
 				// ash (":" is a special builtin); this is the same bomb,
 				// started from a subshell: ash forks both sides of `f|f&`
@@ -69,21 +69,21 @@ sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 				if n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(after.Stdout, "alive\n"))); n > 8 {
 					t.Errorf("%d processes left in the sandbox after the bomb was killed", n)
 				}
-				return []Observation{outcome("bomb", "timed out ", res.TimedOut, ", exit ", res.ExitCode)}
+				return []observation{outcome("bomb", "timed out ", res.TimedOut, ", exit ", res.ExitCode)}
 			}},
 		{Name: "hardening/memory", Promise: "a command over the memory limit is killed and reported as exit 137",
 			Config: func(c *vm.Config) { c.Memory = 32 << 20 },
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				// tail keeps the current line, and /dev/zero has no newline.
 				cmd := exec.Command{Name: "tail", Args: []string{"/dev/zero"}, Timeout: 30 * time.Second}
 				res, err, o := run(ctx, v, "hog", cmd)
 				if err != nil || res.ExitCode != 137 || res.TimedOut {
 					t.Errorf("got %+v, %v; want exit 137", res, err)
 				}
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "hardening/no-network", Promise: "with the default network, nothing on the host is reachable, not even its loopback",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				ln, err := net.Listen("tcp", ":0")
 				if err != nil {
 					t.Fatal(err)
@@ -114,17 +114,17 @@ sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 				if len(reached) > 0 || accepted.Load() > 0 {
 					t.Errorf("the sandbox reached the host's listener at %v (%d connections)", reached, accepted.Load())
 				}
-				return []Observation{outcome("network", "reached ", len(reached))}
+				return []observation{outcome("network", "reached ", len(reached))}
 			}},
 		{Name: "hardening/read-only-rootfs", Promise: "ReadOnlyRootfs refuses writes to the image but keeps /tmp writable",
 			Config: func(c *vm.Config) { c.ReadOnlyRootfs = true },
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o := run(ctx, v, "writes", sh(`touch /etc/podvm 2>/dev/null && echo rootfs-written; touch /tmp/podvm && echo tmp-written`))
 				want(t, res, err, "tmp-written\n", "", 0)
-				return []Observation{o}
+				return []observation{o}
 			}},
 		{Name: "hardening/large-input", Promise: "hundreds of KiB of arguments and environment work; an argument the kernel cannot take is refused up front",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				chunk := strings.Repeat("x", 100<<10)
 				cmd := sh(`echo ${#1} ${#2} ${#3} ${#4} ${#5} ${#BIG1} ${#BIG2} ${#BIG3}`, chunk, chunk, chunk, chunk, chunk)
 				cmd.Env = []string{"BIG1=" + chunk, "BIG2=" + chunk, "BIG3=" + chunk}
@@ -136,10 +136,10 @@ sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 				if !errors.Is(err, exec.ErrInvalidCommand) || res != nil {
 					t.Errorf("a 200 KiB argument: got %+v, %v; want exec.ErrInvalidCommand", res, err)
 				}
-				return []Observation{o1, o2}
+				return []observation{o1, o2}
 			}},
 		{Name: "hardening/restrict", Promise: "exec.Restrict works on a VM: a denied command never runs",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []Observation {
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				r := exec.Restrict(v, exec.Policy{Grants: []string{"exec:echo"}})
 				res, err, o1 := run(ctx, r, "allowed", exec.Command{Name: "echo", Args: []string{"ok"}})
 				want(t, res, err, "ok\n", "", 0)
@@ -151,7 +151,7 @@ sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 				if err != nil || check.ExitCode == 0 {
 					t.Errorf("the denied command ran: %+v, %v", check, err)
 				}
-				return []Observation{o1, o2}
+				return []observation{o1, o2}
 			}},
 	}
 }

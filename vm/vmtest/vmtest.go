@@ -1,8 +1,9 @@
 // Package vmtest is the conformance suite every podvm [vm.VM] backend must
-// pass, in the shape of gocloud's drivertest: one table of cases, each
-// stating the promise it checks, each on a fresh sandbox with its own
-// deadline. [Run] runs it against one backend; [RunParity] runs each case
-// on several backends and requires identical results.
+// pass, in the shape of gocloud's drivertest: [Run] takes a [Harness] for
+// the backend under test and runs one table of cases, each stating the
+// promise it checks, each on a fresh sandbox with its own deadline.
+// [RunParity] runs each case on several backends and requires identical
+// results. [Sandbox] is for users' own integration tests.
 //
 // A backend that truly cannot do something returns an error matching
 // [vm.ErrNotSupported], and the suite skips that case for it, naming why.
@@ -12,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,12 +22,36 @@ import (
 	"github.com/podvm/podvm/vm"
 )
 
-// NewVM returns a VM, not yet created, for cfg. cfg.Image is empty: the
-// harness sets the image it tests with.
-type NewVM func(t *testing.T, cfg vm.Config) (vm.VM, error)
+// Harness is what the suite needs of a backend beside its VMs: a way to
+// make them, and a view of Podman that does not go through them, to check
+// what they did. Each method may be called from parallel subtests.
+type Harness interface {
+	// NewVM returns a VM, not yet created, for cfg. When cfg.Image is
+	// empty it sets the image it tests with: a busybox image with /bin/sh
+	// at least.
+	NewVM(t *testing.T, cfg vm.Config) (vm.VM, error)
+	// NewUnreachableVM returns a VM, not yet created, whose Podman cannot
+	// be reached (no service, no binary), or an error matching
+	// [vm.ErrNotSupported].
+	NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error)
+	// RemoveContainer removes container id through Podman directly,
+	// behind the back of the VM that made it.
+	RemoveContainer(ctx context.Context, id string) error
+	// Containers lists the containers, running or not, that carry label
+	// ("key=value"), as Podman sees them.
+	Containers(ctx context.Context, label string) ([]Container, error)
+}
 
-// Case is one promise of the VM contract.
-type Case struct {
+// Container is a container as [Harness.Containers] lists it.
+type Container struct {
+	ID, Name string
+	Labels   map[string]string
+}
+
+// testCase is one promise of the VM contract. Cases stay unexported: a
+// backend runs them all through [Run]; their table is the suite's to
+// change.
+type testCase struct {
 	// Name names the case in test output.
 	Name string
 	// Promise says which promise a failure breaks.
@@ -40,18 +64,18 @@ type Case struct {
 	Deadline time.Duration
 	// Test exercises v and returns what it observed, for comparison
 	// across backends. It reports failures with t.Errorf/t.Fatalf.
-	Test func(ctx context.Context, t *testing.T, v vm.VM) []Observation
+	Test func(ctx context.Context, t *testing.T, v vm.VM) []observation
 }
 
-// Observation is one outcome of a case, comparable across backends: the
+// observation is one outcome of a case, comparable across backends: the
 // Result with its Duration zeroed, and the sentinel the error matched.
-type Observation struct {
+type observation struct {
 	Label  string
 	Result *exec.Result
 	Err    string
 }
 
-// sentinels are the errors an Observation names, most specific first.
+// sentinels are the errors an observation names, most specific first.
 var sentinels = []error{
 	exec.ErrInvalidCommand, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, exec.ErrNotAllowed,
 	vm.ErrInvalidConfig, vm.ErrNotCreated, vm.ErrAlreadyCreated, vm.ErrRemoved, vm.ErrNoSuchContainer,
@@ -61,8 +85,8 @@ var sentinels = []error{
 
 // Observe records res and err: Duration is dropped, err is reduced to the
 // sentinel it matches ("other: ..." when none does).
-func Observe(label string, res *exec.Result, err error) Observation {
-	o := Observation{Label: label}
+func observe(label string, res *exec.Result, err error) observation {
+	o := observation{Label: label}
 	if res != nil {
 		r := *res
 		r.Duration = 0
@@ -80,34 +104,38 @@ func Observe(label string, res *exec.Result, err error) Observation {
 	return o
 }
 
-// Run runs every case of [Cases] against the backend newVM makes, each in
-// a parallel subtest with a fresh sandbox.
-func Run(t *testing.T, newVM NewVM) {
-	for _, c := range Cases() {
+// Run runs every case against the backend h makes, each in a parallel
+// subtest with a fresh sandbox.
+func Run(t *testing.T, h Harness) {
+	for _, c := range cases(h) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			runCase(t, c, newVM)
+			runCase(t, c, h)
 		})
 	}
 }
 
 // RunParity runs each case on every backend and requires the observations
 // to be identical, field by field (Duration excepted).
-func RunParity(t *testing.T, backends map[string]NewVM) {
-	for _, c := range Cases() {
+func RunParity(t *testing.T, backends map[string]Harness) {
+	var names []string
+	for name := range backends {
+		names = append(names, name)
+	}
+	for i, c := range cases(nil) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			seen := map[string][]Observation{}
+			seen := map[string][]observation{}
 			var mu sync.Mutex
 			var wg sync.WaitGroup
-			for name, newVM := range backends {
+			for name, h := range backends {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					// Each backend in its own subtest, so that its failures
-					// and skips stay its own.
+					// and skips stay its own; the case is built for it.
 					t.Run(name, func(t *testing.T) {
-						obs := runCase(t, c, newVM)
+						obs := runCase(t, cases(h)[i], h)
 						mu.Lock()
 						seen[name] = obs
 						mu.Unlock()
@@ -115,26 +143,19 @@ func RunParity(t *testing.T, backends map[string]NewVM) {
 				}()
 			}
 			wg.Wait()
-			// The comparison's own row, beside each backend's.
-			defer func() { writeRecord("parity", c.Name, testOutcome(t)) }()
-			var first string
-			for name := range backends {
-				if seen[name] == nil {
+			for _, name := range names[1:] {
+				if seen[names[0]] == nil || seen[name] == nil {
 					return // skipped or failed: nothing to compare
 				}
-				if first == "" {
-					first = name
-					continue
-				}
-				if diff := compare(seen[first], seen[name]); diff != "" {
-					t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, first, name, c.Promise, diff)
+				if diff := compare(seen[names[0]], seen[name]); diff != "" {
+					t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, names[0], name, c.Promise, diff)
 				}
 			}
 		})
 	}
 }
 
-func compare(a, b []Observation) string {
+func compare(a, b []observation) string {
 	if len(a) != len(b) {
 		return fmt.Sprintf("%d observations vs %d", len(a), len(b))
 	}
@@ -179,22 +200,21 @@ func clip(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-func runCase(t *testing.T, c Case, newVM NewVM) (obs []Observation) {
+func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
 	deadline := c.Deadline
 	if deadline == 0 {
 		deadline = time.Minute
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	// Registered first, so it runs last and sees the cleanup's failures.
-	t.Cleanup(func() { record(t, c) })
 
 	var cfg vm.Config
 	if c.Config != nil {
 		c.Config(&cfg)
 	}
-	v, err := newVM(t, cfg)
+	v, err := h.NewVM(t, cfg)
 	if err != nil {
+		skipIfNotSupported(t, err)
 		t.Fatalf("new VM: %v", err)
 	}
 	// Removed even when the case fails, with a context of its own.
@@ -229,39 +249,4 @@ func skipIfNotSupported(t *testing.T, err error) {
 	if errors.Is(err, vm.ErrNotSupported) {
 		t.Skipf("backend does not support this: %v", err)
 	}
-}
-
-// record appends "backend<TAB>case<TAB>outcome" to the file named by
-// PODVM_CONFORMANCE_LOG, from which `make test` prints its table.
-func record(t *testing.T, c Case) {
-	// The backend is the top-level test's name, or the parity subtest's.
-	parts := strings.Split(t.Name(), "/")
-	backend := strings.TrimPrefix(parts[0], "TestConformance")
-	if parts[0] == "TestParity" {
-		backend = "parity:" + parts[len(parts)-1]
-	}
-	writeRecord(backend, c.Name, testOutcome(t))
-}
-
-func testOutcome(t *testing.T) string {
-	switch {
-	case t.Failed():
-		return "FAIL"
-	case t.Skipped():
-		return "skip"
-	}
-	return "pass"
-}
-
-func writeRecord(backend, name, outcome string) {
-	path := os.Getenv("PODVM_CONFORMANCE_LOG")
-	if path == "" {
-		return
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "%s\t%s\t%s\n", backend, name, outcome)
 }

@@ -9,6 +9,7 @@ package libpodtest
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -325,4 +326,15 @@ func ByExec(hs ...Handler) Handler {
 func HeaderEnd(name string) int {
 	b := closing(Load(name))
 	return bytes.Index(b, []byte("\r\n\r\n")) + 4
+}
+
+// Stream answers an exec start as the recorded upgrade
+// exec-start-exit-3 does, its stream made of one stdout frame holding
+// stdout, then closes it: a session whose output the test chooses.
+func Stream(stdout string) Handler {
+	head := closing(Load("exec-start-exit-3"))[:HeaderEnd("exec-start-exit-3")]
+	frame := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(frame[4:], uint32(len(stdout)))
+	b := append(append(append([]byte{}, head...), frame...), stdout...)
+	return func(*Request) Answer { return Bytes(b) }
 }

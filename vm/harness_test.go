@@ -1,0 +1,98 @@
+package vm_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/podvm/podvm/internal/libpod"
+	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/vm"
+	"github.com/podvm/podvm/vm/vmtest"
+)
+
+// harness is the conformance suite's view of one backend on env's
+// service: VMs made by newVM, and Podman seen through its API directly.
+type harness struct {
+	env   podmantest.Env
+	newVM func(cfg vm.Config, opts ...vm.Option) (vm.VM, error)
+	// unreachable are the options that point newVM at no Podman.
+	unreachable []vm.Option
+}
+
+func apiHarness(env podmantest.Env) vmtest.Harness {
+	return harness{env: env, newVM: func(cfg vm.Config, opts ...vm.Option) (vm.VM, error) {
+		uri := env.Host
+		if len(opts) > 0 {
+			uri = "unix:///nonexistent/podvm.sock"
+		}
+		return vm.NewAPIVM(context.Background(), uri, cfg)
+	}, unreachable: []vm.Option{vm.WithURL("unix:///nonexistent/podvm.sock")}}
+}
+
+func cliHarness(env podmantest.Env) vmtest.Harness {
+	return harness{env: env, newVM: func(cfg vm.Config, opts ...vm.Option) (vm.VM, error) {
+		x, mode := cliMode(env)
+		return vm.NewCLIVM(cfg, x, append(append(mode, vm.WithPodman(env.Podman)), opts...)...)
+	}, unreachable: []vm.Option{vm.WithPodman("/nonexistent/podman")}}
+}
+
+func (h harness) NewVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
+	if cfg.Image == "" {
+		cfg.Image = h.env.Image
+	}
+	return h.newVM(cfg)
+}
+
+func (h harness) NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
+	cfg.Image = h.env.Image
+	return h.newVM(cfg, h.unreachable...)
+}
+
+func (h harness) client(ctx context.Context) (*libpod.Client, error) {
+	return libpod.Connect(ctx, h.env.Host)
+}
+
+func (h harness) RemoveContainer(ctx context.Context, id string) error {
+	c, err := h.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.CloseIdleConnections()
+	return c.ContainerRemove(ctx, id)
+}
+
+func (h harness) Containers(ctx context.Context, label string) ([]vmtest.Container, error) {
+	c, err := h.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.CloseIdleConnections()
+	list, err := c.ContainerList(ctx, label)
+	if err != nil {
+		return nil, err
+	}
+	var out []vmtest.Container
+	for _, l := range list {
+		info, err := c.ContainerInspect(ctx, l.ID)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, vmtest.Container{ID: l.ID, Name: info.Name, Labels: l.Labels})
+	}
+	return out, nil
+}
+
+func TestConformanceAPI(t *testing.T) {
+	vmtest.Run(t, apiHarness(podmantest.Need(t)))
+}
+
+func TestConformanceCLI(t *testing.T) {
+	vmtest.Run(t, cliHarness(podmantest.Need(t)))
+}
+
+// TestParity runs every conformance case on both backends and requires
+// their Results to be identical, Duration excepted.
+func TestParity(t *testing.T) {
+	env := podmantest.Need(t)
+	vmtest.RunParity(t, map[string]vmtest.Harness{"cli": cliHarness(env), "api": apiHarness(env)})
+}

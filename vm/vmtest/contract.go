@@ -1,0 +1,207 @@
+package vmtest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+)
+
+// contractCases hold the promises hostile use broke once: each is the
+// class of a failure seen, not just its one example.
+func contractCases() []testCase {
+	return []testCase{
+		{Name: "args/not-utf8", Promise: "bytes that are not UTF-8 reach the program exactly, or the command is refused before it runs; never altered",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				var obs []observation
+				for _, c := range []struct {
+					label string
+					cmd   exec.Command
+					want  string
+				}{
+					{"argument", exec.Command{Name: "printf", Args: []string{"%s", "\xff\xfeabc"}}, "\xff\xfeabc"},
+					{"env", exec.Command{Name: "sh", Args: []string{"-c", `printf %s "$V"`}, Env: []string{"V=\xff\xfe"}}, "\xff\xfe"},
+					{"name", exec.Command{Name: "\xffcmd"}, ""},
+				} {
+					res, err, o := run(ctx, v, c.label, c.cmd)
+					obs = append(obs, o)
+					switch {
+					case errors.Is(err, exec.ErrInvalidCommand):
+						if res != nil || !strings.Contains(err.Error(), c.label) {
+							t.Errorf("%s: refused with %v, result %+v; want no result and an error naming the %s", c.label, err, res, c.label)
+						}
+					case c.label == "name":
+						if !errors.Is(err, exec.ErrNotFound) {
+							t.Errorf("%s: got %+v, %v; want ErrInvalidCommand or ErrNotFound", c.label, res, err)
+						}
+					case err != nil || res.Stdout != c.want:
+						t.Errorf("%s: got %+v, %v; want exactly %q or ErrInvalidCommand", c.label, res, err, c.want)
+					}
+				}
+				return obs
+			}},
+		{Name: "workdir/not-a-directory", Promise: "a Dir that is a file is ErrDirNotFound with no Result, not a failed command",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				res, err, o := run(ctx, v, "file as dir", exec.Command{Name: "pwd", Dir: "/bin/busybox"})
+				if !errors.Is(err, exec.ErrDirNotFound) || res != nil {
+					t.Errorf("got %+v, %v; want ErrDirNotFound", res, err)
+				}
+				return []observation{o}
+			}},
+		single("exit/125-with-error-line", "a command's own 125 after an \"Error:\" line is data, not Podman failing",
+			sh(`echo "Error: the build failed" >&2; exit 125`), "", "Error: the build failed\n", 125),
+		{Name: "stdin/unread", Promise: "a large Stdin the command never reads does not change its exit status",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				in := bytes.NewReader(make([]byte, 64<<20))
+				res, err, o := run(ctx, v, "64MiB unread", exec.Command{Name: "sh", Args: []string{"-c", "exit 3"}, Stdin: in})
+				want(t, res, err, "", "", 3)
+				return []observation{o}
+			}},
+		{Name: "timeout/no-shell", Promise: "in an image without /bin/sh a timeout still returns on time; a kill that cannot be done is reported",
+			Config: func(c *vm.Config) {
+				empty := filepath.Join(os.TempDir(), "podvm-empty-dir")
+				_ = os.MkdirAll(empty, 0o755)
+				c.Mounts = []vm.Mount{{Source: empty, Target: "/bin", ReadOnly: true}, {Source: "/bin/busybox", Target: "/opt/bb/busybox", ReadOnly: true}}
+			},
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				err := runTimedOut(ctx, t, v, exec.Command{Name: "/opt/bb/busybox", Args: []string{"sleep", "3021"}, Timeout: time.Second})
+				ps, perr := v.Run(ctx, exec.Command{Name: "/opt/bb/busybox", Args: []string{"ps", "-o", "args"}})
+				if perr != nil {
+					t.Fatalf("ps: %v", perr)
+				}
+				if survived := strings.Contains(ps.Stdout, "sleep 3021"); survived && !strings.Contains(err.Error(), "killing its processes") {
+					t.Errorf("the command survived and the error does not say so: %v\n%s", err, ps.Stdout)
+				}
+				return []observation{observe("stopped", nil, context.DeadlineExceeded)}
+			}},
+		{Name: "timeout/setsid-fork-bomb", Promise: "a fork bomb whose every child calls setsid is gone when Run returns, within its timeout plus vm.KillGrace",
+			Config: func(c *vm.Config) { c.Pids = 64 }, Deadline: 2 * time.Minute,
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				// Each shell starts two in sessions of their own, then exits:
+				// the bomb churns at the pids limit.
+				return bomb(ctx, t, v, `setsid sh /tmp/podvm-bomb & setsid sh /tmp/podvm-bomb & sleep 1`, false)
+			}},
+		{Name: "timeout/setsid-fork-bomb-holding", Promise: "a setsid fork bomb that holds every pid is stopped on time, and what could not be killed is reported",
+			Config: func(c *vm.Config) { c.Pids = 64 }, Deadline: 2 * time.Minute,
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				// Its shells spin forever once forks fail: on the Podman exec
+				// path no kill can start in the sandbox until the timeout
+				// of the sandbox; that must be said.
+				return bomb(ctx, t, v, `setsid sh /tmp/podvm-bomb & setsid sh /tmp/podvm-bomb & while :; do :; done`, true)
+			}},
+		{Name: "copy/paths", Promise: "copies name a followed symlink after the path asked for, refuse an empty archive, and say which path is bad or missing",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				res, err, o := run(ctx, v, "setup", sh(`mkdir -p /tmp/c/d && echo x >/tmp/c/d/f && ln -s d /tmp/c/dl && ln -s /proc/self/fdinfo /tmp/c/special`))
+				want(t, res, err, "", "", 0)
+				var out bytes.Buffer
+				if err := v.CopyOut(ctx, "/tmp/c/dl", &out); err != nil {
+					t.Fatalf("CopyOut of a symlink to a directory: %v", err)
+				}
+				if names := tarNames(t, out.Bytes()); strings.Join(names, " ") != "dl/ dl/f" {
+					t.Errorf("CopyOut of dl -> d: entries %q; want [dl/ dl/f]", names)
+				}
+				for _, c := range []struct {
+					label string
+					err   error
+					want  error
+				}{
+					{"relative in", v.CopyIn(ctx, "tmp", strings.NewReader("")), vm.ErrInvalidPath},
+					{"relative out", v.CopyOut(ctx, "tmp", io.Discard), vm.ErrInvalidPath},
+					{"missing in", v.CopyIn(ctx, "/no/such/dir", bytes.NewReader(emptyTar())), fs.ErrNotExist},
+					{"missing out", v.CopyOut(ctx, "/no/such/path", io.Discard), fs.ErrNotExist},
+				} {
+					if !errors.Is(c.err, c.want) {
+						t.Errorf("%s: %v; want %v", c.label, c.err, c.want)
+					}
+				}
+				if err := v.CopyOut(ctx, "/tmp/c/special", io.Discard); err == nil {
+					t.Error("CopyOut of a link into /proc: nil error; an empty archive for an existing path is an error")
+				}
+				return []observation{o}
+			}},
+	}
+}
+
+// bomb runs script as /tmp/podvm-bomb under a 3 s timeout and checks
+// that Run returns on time with the partial Result and that nothing of
+// the bomb is left, or, when mayReport, that the error says the kill did
+// not finish.
+func bomb(ctx context.Context, t *testing.T, v vm.VM, script string, mayReport bool) []observation {
+	cmd := sh(`echo "$1" >/tmp/podvm-bomb; sh /tmp/podvm-bomb & exec sleep 100`, script)
+	cmd.Timeout = 3 * time.Second
+	err := runTimedOut(ctx, t, v, cmd)
+	reported := strings.Contains(err.Error(), "killing its processes")
+	if reported && !mayReport {
+		t.Errorf("the kill failed: %v", err)
+	}
+	// The processes of a bomb the kill could not reach may still hold
+	// every pid: ps waits for one, the run's kill retried meanwhile.
+	deadline := time.Now().Add(vm.KillGrace)
+	for {
+		res, perr := v.Run(ctx, exec.Command{Name: "ps", Args: []string{"-o", "pid,args"}, Timeout: 10 * time.Second})
+		switch {
+		case perr == nil && !strings.Contains(res.Stdout, "podvm-bomb"):
+			return []observation{observe("bomb", nil, context.DeadlineExceeded)}
+		case perr == nil && !reported:
+			t.Fatalf("the bomb survived and Run did not say so (%v):\n%s", err, res.Stdout)
+		case time.Now().After(deadline):
+			if !reported {
+				t.Fatalf("ps after the bomb: %+v, %v", res, perr)
+			}
+			return []observation{observe("bomb", nil, context.DeadlineExceeded)}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// runTimedOut runs cmd, which must outlive its timeout, and checks that
+// Run returns on time with a timed-out Result; it returns Run's error.
+func runTimedOut(ctx context.Context, t *testing.T, v vm.VM, cmd exec.Command) error {
+	t.Helper()
+	start := time.Now()
+	res, err := v.Run(ctx, cmd)
+	if elapsed := time.Since(start); elapsed > cmd.Timeout+vm.KillGrace+2*time.Second {
+		t.Errorf("Run returned after %v; want within %v + %v", elapsed, cmd.Timeout, vm.KillGrace)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || res == nil || !res.TimedOut {
+		t.Fatalf("got %+v, %v; want a timed-out Result", res, err)
+	}
+	return err
+}
+
+func emptyTar() []byte {
+	var b bytes.Buffer
+	tar.NewWriter(&b).Close()
+	return b.Bytes()
+}
+
+// tarNames lists the entry names of archive b, directories with a slash.
+func tarNames(t *testing.T, b []byte) []string {
+	t.Helper()
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatalf("reading the archive: %v", err)
+		}
+		name := filepath.ToSlash(h.Name)
+		if h.Typeflag == tar.TypeDir {
+			name = strings.TrimSuffix(name, "/") + "/"
+		}
+		names = append(names, name)
+	}
+}
