@@ -25,7 +25,19 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if h := os.Getenv(helperEnv); h != "" {
+		os.Exit(helper(h, os.Args[1:]))
+	}
 	os.Exit(run(m))
+}
+
+// helperEnv makes the test binary a helper command (see helper).
+const helperEnv = "PODVM_AGENT_TEST_HELPER"
+
+// helperRequest runs the test binary as helper name inside the sandbox.
+func helperRequest(name string, args ...string) Request {
+	exe, _ := os.Executable()
+	return Request{Argv: append([]string{exe}, args...), Env: []string{helperEnv + "=" + name}}
 }
 
 func run(m *testing.M) int {
@@ -113,6 +125,7 @@ func startAgent(t testing.TB) *testAgent {
 	outR, outW, err := os.Pipe()
 	require.NoError(t, err)
 	cmd := osexec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", agentBin)
+	cmd.Env = append(os.Environ(), "PODVM_BASE=base")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	require.NoError(t, cmd.Start())
 	inR.Close()

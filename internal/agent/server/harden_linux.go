@@ -14,23 +14,32 @@ import (
 
 // harden makes the process hard to reach from inside the sandbox: not
 // dumpable (so no process without CAP_SYS_PTRACE may ptrace it, read its
-// memory, /proc/PID/fd or /proc/PID/environ, or take its fds with
-// pidfd_getfd), and deaf to every signal that would end it. PID 1 of a
-// PID namespace receives a signal from inside only when it handles it,
-// and the Go runtime handles them all; ignoring them puts SIG_IGN (or the
-// runtime's equivalent for the signals it needs) in place.
+// memory, open /proc/PID/fd/* or read /proc/PID/environ, or take its fds
+// with pidfd_getfd), and deaf to every signal that would end it. PID 1 of
+// a PID namespace receives a signal from inside only when it handles it,
+// and the Go runtime handles them all, so every catchable signal is
+// caught and dropped. Catching, not ignoring: an ignored signal stays
+// ignored across execve, and the commands must start with default
+// dispositions.
 func harden() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
+	var sigs []os.Signal
 	for s := 1; s <= 64; s++ {
 		switch syscall.Signal(s) {
-		case unix.SIGKILL, unix.SIGSTOP, unix.SIGCHLD, unix.SIGURG:
-			// Cannot be caught; needed for reaping; Go's preemption.
+		case unix.SIGKILL, unix.SIGSTOP, unix.SIGCHLD, unix.SIGURG, 32, 33:
+			// Uncatchable; needed for reaping; Go's preemption; libc's.
 			continue
 		}
-		signal.Ignore(syscall.Signal(s))
+		sigs = append(sigs, syscall.Signal(s))
 	}
+	drop := make(chan os.Signal, 16)
+	signal.Notify(drop, sigs...)
+	go func() {
+		for range drop {
+		}
+	}()
 	return nil
 }
 
