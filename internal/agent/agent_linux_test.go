@@ -340,3 +340,83 @@ func TestShutdownKillsEverything(t *testing.T) {
 	}
 }
 
+// settle waits for the goroutine count to drop to at most want, and
+// returns the last count.
+func settle(want int) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(10 * time.Second); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// descendants counts the host processes under pid.
+func descendants(pid int) int {
+	n := 0
+	for _, c := range childrenOf(pid) {
+		n += 1 + descendants(c)
+	}
+	return n
+}
+
+func childrenOf(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func TestNoLeaks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 runs")
+	}
+	a := startAgent(t)
+	// Warm up: the first runs start shims, goroutines of the runtime.
+	for range 10 {
+		require.NoError(t, a.sh(context.Background(), "true").err)
+	}
+	goroutines, fds := settle(0), countFDs(t)
+	for i := range 2000 {
+		ex, err := a.Run(context.Background(), Request{Argv: []string{"/bin/true"}}, nil, io.Discard, io.Discard)
+		require.NoError(t, err, "run %d", i)
+		require.Equal(t, 0, ex.Code)
+	}
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				ex, err := a.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "x"}}, strings.NewReader("in"), io.Discard, io.Discard)
+				assert.NoError(t, err)
+				assert.Equal(t, 0, ex.Code)
+			}
+		}()
+	}
+	wg.Wait()
+	require.LessOrEqual(t, settle(goroutines), goroutines, "goroutines leak")
+	require.Equal(t, fds, countFDs(t), "fds leak")
+	// unshare → agent → at most the idle shims (and a spare being started).
+	agentPID := childrenOf(a.cmd.Process.Pid)
+	require.Len(t, agentPID, 1)
+	var n int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n = descendants(agentPID[0]); n <= 8+1 {
+			break
+		}
+	}
+	require.LessOrEqual(t, n, 8+1, "processes left in the sandbox beyond the idle shims")
+}

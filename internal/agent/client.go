@@ -172,7 +172,15 @@ func (c *Client) fail(cause error) {
 	})
 }
 
-func (c *Client) send(f wire.Frame) error {
+// send writes frames in one Write call.
+func (c *Client) send(frames ...wire.Frame) error {
+	var b []byte
+	for _, f := range frames {
+		if len(f.Payload) > wire.MaxPayload {
+			return fmt.Errorf("%w: payload of %d bytes", wire.ErrProtocol, len(f.Payload))
+		}
+		b = f.Append(b)
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	select {
@@ -180,7 +188,7 @@ func (c *Client) send(f wire.Frame) error {
 		return c.err
 	default:
 	}
-	if err := wire.Write(c.rw, f); err != nil {
+	if _, err := c.rw.Write(b); err != nil {
 		c.fail(err)
 		return c.err
 	}
@@ -404,14 +412,16 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 	c.mu.Unlock()
 
 	start := wire.StartMsg{Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User}
-	if err := c.send(wire.Frame{Type: wire.Start, ID: r.id, Payload: start.Encode()}); err != nil {
+	frames := []wire.Frame{{Type: wire.Start, ID: r.id, Payload: start.Encode()}}
+	if stdin == nil { // EOF at once, in the same write
+		frames = append(frames, wire.Frame{Type: wire.Stdin, ID: r.id})
+	}
+	if err := c.send(frames...); err != nil {
 		return unknown, err
 	}
 	go r.out[0].deliver()
 	go r.out[1].deliver()
-	if stdin == nil {
-		_ = c.send(wire.Frame{Type: wire.Stdin, ID: r.id})
-	} else {
+	if stdin != nil {
 		go r.copyStdin(stdin)
 	}
 

@@ -385,6 +385,7 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 	}
 	r.mu.Lock()
 	r.exited = true
+	r.sh = nil
 	r.mu.Unlock()
 	for _, f := range ours[1:] {
 		_ = f.SetReadDeadline(time.Now().Add(drainGrace))
@@ -494,10 +495,11 @@ func (r *run) kill() {
 		return
 	}
 	r.killed = true
-	sh := r.sh
 	r.cond.Broadcast()
-	r.mu.Unlock()
-	if sh != nil {
-		_ = sh.send(wire.Frame{Type: wire.Kill})
+	// Sent under the lock: once exec has taken the shim back (sh nil) it
+	// may serve another run, which a late Kill must not reach.
+	if r.sh != nil {
+		_ = r.sh.send(wire.Frame{Type: wire.Kill})
 	}
+	r.mu.Unlock()
 }

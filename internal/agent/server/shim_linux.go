@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -42,33 +43,55 @@ func shimMain() int {
 		return 1
 	}
 	conn := fc.(*net.UnixConn)
-	frames := make(chan shimFrame)
+	var wmu sync.Mutex
+	send := func(ex wire.ExitMsg) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return sendFrame(conn, wire.Frame{Type: wire.Exit, Payload: ex.Encode()})
+	}
+	// The reader starts each command and handles Kill frames; the reaper
+	// waits for the run and answers. Neither hands a result to the
+	// other on the way back, which keeps the round trip short.
+	var killed atomic.Bool
+	pids := make(chan int)
+	reaperDone := make(chan struct{})
 	go func() {
-		defer close(frames)
-		for {
-			f, fds, err := recvFrame(conn)
-			if err != nil {
+		defer close(reaperDone)
+		for pid := range pids {
+			ex := reapRun(pid)
+			ex.Killed = killed.Load()
+			if send(ex) != nil {
 				return
 			}
-			frames <- shimFrame{f, fds}
 		}
 	}()
-	for fr := range frames {
-		if fr.f.Type != wire.Start {
-			closeAll(fr.fds)
-			continue // a Kill that arrived after its run ended
-		}
-		ex, ok := shimRun(fr, frames)
-		if err := sendFrame(conn, wire.Frame{Type: wire.Exit, Payload: ex.Encode()}); err != nil || !ok {
+	defer func() { <-reaperDone }()
+	defer close(pids)
+	for {
+		f, fds, err := recvFrame(conn)
+		if err != nil {
+			// The agent is gone: kill the run in flight, if any.
+			killed.Store(true)
+			killTree(nil)
 			return 0
 		}
+		switch f.Type {
+		case wire.Start:
+			killed.Store(false)
+			pid, ex := startRun(f, fds)
+			if pid != 0 {
+				pids <- pid
+			} else if send(ex) != nil {
+				return 0
+			}
+		case wire.Kill:
+			closeAll(fds)
+			killed.Store(true)
+			killTree(nil) // harmless when the run has just ended
+		default:
+			closeAll(fds)
+		}
 	}
-	return 0
-}
-
-type shimFrame struct {
-	f   wire.Frame
-	fds []int
 }
 
 func closeAll(fds []int) {
@@ -77,46 +100,24 @@ func closeAll(fds []int) {
 	}
 }
 
-// shimRun runs one command and returns its Exit message, and false when
-// the agent went away meanwhile (the run was then killed).
-func shimRun(fr shimFrame, frames <-chan shimFrame) (wire.ExitMsg, bool) {
-	fds := fr.fds
+// startRun starts a run's command and returns its pid, or the Exit
+// message of a start failure.
+func startRun(f wire.Frame, fds []int) (int, wire.ExitMsg) {
 	defer closeAll(fds)
-	msg, err := wire.DecodeStart(fr.f.Payload)
+	msg, err := wire.DecodeStart(f.Payload)
 	if err != nil || len(fds) != 3 {
-		return wire.ExitMsg{Status: wire.StartFailed, Msg: fmt.Sprintf("bad start request (%d fds): %v", len(fds), err)}, true
+		return 0, wire.ExitMsg{Status: wire.StartFailed, Msg: fmt.Sprintf("bad start request (%d fds): %v", len(fds), err)}
 	}
 	path, attr, ex := prepare(msg)
 	if ex != nil {
-		return *ex, true
+		return 0, *ex
 	}
 	attr.Files = []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}
 	pid, err := syscall.ForkExec(path, msg.Argv, attr)
-	closeAll(fds)
-	fds = nil
 	if err != nil {
-		return startError(err, msg.Argv[0]), true
+		return 0, startError(err, msg.Argv[0])
 	}
-	done := make(chan wire.ExitMsg, 1)
-	go func() { done <- reapRun(pid) }()
-	killed, alive := false, true
-	for {
-		select {
-		case ex := <-done:
-			ex.Killed = killed
-			return ex, alive
-		case fr, ok := <-frames:
-			if !ok {
-				frames, alive = nil, false
-			} else {
-				closeAll(fr.fds)
-			}
-			if !ok || fr.f.Type == wire.Kill {
-				killed = true
-				killTree(nil)
-			}
-		}
-	}
+	return pid, wire.ExitMsg{}
 }
 
 // reapRun reaps every process of the run until none is left: first the
@@ -145,6 +146,17 @@ func reapRun(cmd int) wire.ExitMsg {
 		var ws unix.WaitStatus
 		var ru unix.Rusage
 		flags := 0
+		if cmdDone && ex.Leftovers == 0 && killErr == nil {
+			// Usually nothing is left: ECHILD at once, no walk of /proc.
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+			if errors.Is(err, unix.ECHILD) {
+				return ex
+			}
+			if err == nil && pid > 0 {
+				account(pid, ws, &ru)
+				continue
+			}
+		}
 		if cmdDone {
 			// Kill everything left, reap what is ready, then block for
 			// the next death and look again.
