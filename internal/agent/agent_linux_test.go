@@ -420,3 +420,18 @@ func TestNoLeaks(t *testing.T) {
 	}
 	require.LessOrEqual(t, n, 8+1, "processes left in the sandbox beyond the idle shims")
 }
+
+func TestEmbeddedBinaryRuns(t *testing.T) {
+	needAgent(t)
+	b, err := Binary(runtime.GOARCH)
+	if errors.Is(err, ErrArch) {
+		t.Skipf("no embedded agent for %s", runtime.GOARCH)
+	}
+	require.NoError(t, err)
+	bin := filepath.Join(t.TempDir(), "podvm-agent")
+	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	a := startAgentBinary(t, bin)
+	r := a.sh(context.Background(), "echo embedded")
+	require.NoError(t, r.err)
+	require.Equal(t, "embedded\n", r.stdout)
+}

@@ -120,11 +120,17 @@ type testAgent struct {
 func startAgent(t testing.TB) *testAgent {
 	t.Helper()
 	needAgent(t)
+	return startAgentBinary(t, agentBin)
+}
+
+// startAgentBinary is startAgent with the agent executable at bin.
+func startAgentBinary(t testing.TB, bin string) *testAgent {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
 	require.NoError(t, err)
-	cmd := osexec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", agentBin)
+	cmd := osexec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", bin)
 	cmd.Env = append(os.Environ(), "PODVM_BASE=base")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	require.NoError(t, cmd.Start())
