@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -434,4 +435,31 @@ func TestEmbeddedBinaryRuns(t *testing.T) {
 	r := a.sh(context.Background(), "echo embedded")
 	require.NoError(t, r.err)
 	require.Equal(t, "embedded\n", r.stdout)
+}
+
+func TestSocketServesOnlyPeersOutside(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	a := startAgentArgs(t, "-listen", sock)
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if conn, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	c, err := NewClient(conn)
+	require.NoError(t, err)
+	defer c.Close()
+	var out syncBuffer
+	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "via socket"}}, nil, &out, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0, ex.Code)
+	require.Equal(t, "via socket\n", out.String())
+
+	// A process inside the sandbox is closed on without a Hello.
+	exe, _ := os.Executable()
+	r := a.run(context.Background(), Request{Argv: []string{exe, sock}, Env: []string{helperEnv + "=dial"}}, nil)
+	require.NoError(t, r.err)
+	require.Equal(t, "read 0 bytes: EOF\n", r.stdout)
 }

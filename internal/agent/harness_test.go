@@ -123,14 +123,21 @@ func startAgent(t testing.TB) *testAgent {
 	return startAgentBinary(t, agentBin)
 }
 
+// startAgentArgs is startAgent with arguments for the agent.
+func startAgentArgs(t testing.TB, args ...string) *testAgent {
+	t.Helper()
+	needAgent(t)
+	return startAgentBinary(t, agentBin, args...)
+}
+
 // startAgentBinary is startAgent with the agent executable at bin.
-func startAgentBinary(t testing.TB, bin string) *testAgent {
+func startAgentBinary(t testing.TB, bin string, args ...string) *testAgent {
 	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
 	require.NoError(t, err)
-	cmd := osexec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", bin)
+	cmd := osexec.Command("/usr/bin/unshare", append([]string{"--pid", "--fork", "--mount-proc", "--kill-child", bin}, args...)...)
 	cmd.Env = append(os.Environ(), "PODVM_BASE=base")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	require.NoError(t, cmd.Start())
