@@ -120,8 +120,6 @@ func TestConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := a.sh(context.Background(), `read x; echo "$x $1"; echo "e$1" >&2; exit $1`, strconv.Itoa(i))
-			_ = r
 			in := strings.NewReader(fmt.Sprintf("in%d\n", i))
 			var out, errb syncBuffer
 			ex, err := a.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "sh", "-c", `read x; echo "$x $1"; echo "e$1" >&2; exit $1`, "sh", strconv.Itoa(i)}}, in, &out, &errb)
