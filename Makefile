@@ -48,12 +48,12 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s); found inputs lan
 		done; \
 	done
 
-generate: ## regenerate the mocks
+generate: ## regenerate the mocks and the embedded agent binaries (internal/agent/bin, reproducible)
 	$(GO) generate ./...
 
-check-generate: generate ## fail if the committed mocks are stale
-	@git diff --exit-code -- '*mock*' || { echo "mocks are stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- '*mock*')" || { echo "uncommitted mocks: commit them"; exit 1; }
+check-generate: generate ## fail if the committed mocks or agent binaries are stale
+	@git diff --exit-code --stat -- '*mock*' internal/agent/bin || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- '*mock*' internal/agent/bin)" || { echo "uncommitted generated files: commit them"; exit 1; }
 
 bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc in one table (BENCH_QUICK=1: a short smoke run)
 	$(GO) test -run '^$$' -bench . -benchmem ./exec/

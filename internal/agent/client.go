@@ -1,0 +1,565 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent/wire"
+)
+
+// Errors of the client. Start failures also wrap [exec.ErrNotFound],
+// [exec.ErrPermission] and [exec.ErrDirNotFound].
+var (
+	// ErrChannelClosed reports that the channel to the agent ended or
+	// failed: every run in flight fails with it, and so does every
+	// later call.
+	ErrChannelClosed = errors.New("agent: channel closed")
+	// ErrUnknownUser reports a Request.User the sandbox does not know.
+	ErrUnknownUser = errors.New("agent: unknown user")
+	// ErrLost reports a run whose supervising shim died (something
+	// inside the sandbox killed it); its processes were killed.
+	ErrLost = errors.New("agent: run lost")
+	// ErrNotKilled reports that the agent could not confirm that every
+	// process of a run is dead.
+	ErrNotKilled = errors.New("agent: processes of the run may survive")
+	// ErrVersion reports an agent speaking another protocol version.
+	ErrVersion = errors.New("agent: unsupported protocol version")
+)
+
+// KillWait bounds how long Run waits, after its context ended, for the
+// agent's report that every process of the run is dead.
+const KillWait = 10 * time.Second
+
+// Request is one command for the agent to run.
+type Request struct {
+	// Argv is the command and its arguments; Argv[0] is looked up in the
+	// PATH of the merged environment unless it contains a slash. Every
+	// string may hold any bytes except NUL.
+	Argv []string
+	// Env holds KEY=VALUE entries merged over the agent's environment
+	// (the container's); an entry here wins. Nil adds nothing.
+	Env []string
+	// Dir is the working directory; empty means the agent's (the
+	// container's workdir).
+	Dir string
+	// User is "name", "uid", "uid:gid" or "name:group", resolved with the
+	// sandbox's /etc/passwd and /etc/group; empty means the agent's user.
+	User string
+}
+
+// Exit is how a run ended.
+type Exit struct {
+	// Code is the exit status, 128+signal when a signal ended the
+	// command, and -1 when it is not known (start failure, lost run).
+	Code int
+	// Killed is set when the run was killed because its context ended.
+	Killed bool
+	// Leftovers counts the processes still alive when the command
+	// exited; the agent killed them.
+	Leftovers int
+	// Usage is what the kernel accounted for every process of the run.
+	Usage exec.Usage
+}
+
+// Info is the agent's view of itself, from its handshake.
+type Info struct {
+	Version       int
+	PID, UID, GID int
+	Arch          string // GOARCH of the agent
+	GoVersion     string // the Go release that built it
+	Dir           string // its working directory, a run's default
+}
+
+// Client runs commands through one agent over one channel. Its methods
+// are safe for concurrent use.
+type Client struct {
+	rw   io.ReadWriteCloser
+	info Info
+
+	wmu sync.Mutex // serializes frames on rw
+
+	mu   sync.Mutex
+	runs map[uint32]*clientRun
+	next uint32
+	bye  chan wire.ByeMsg
+
+	dead      chan struct{} // closed once the channel is unusable
+	err       error         // why, set before dead is closed
+	failOnce  sync.Once
+	demuxDone chan struct{}
+}
+
+// NewClient reads the agent's handshake from rw and returns a client that
+// owns rw: it closes it on [Client.Close] or when the channel fails.
+// NewClient blocks until the handshake arrives; closing rw unblocks it.
+// Closing rw must also unblock a pending Read (true of pipes and
+// network connections).
+func NewClient(rw io.ReadWriteCloser) (*Client, error) {
+	br := bufio.NewReaderSize(rw, 64<<10)
+	f, err := wire.Read(br)
+	if err != nil {
+		rw.Close()
+		return nil, fmt.Errorf("%w: reading the handshake: %v", ErrChannelClosed, err)
+	}
+	h, err := wire.DecodeHello(f.Payload)
+	if err == nil && f.Type != wire.Hello {
+		err = fmt.Errorf("%w: first frame of type %d", wire.ErrProtocol, f.Type)
+	}
+	if err != nil {
+		rw.Close()
+		return nil, err
+	}
+	if h.Version != wire.Version {
+		rw.Close()
+		return nil, fmt.Errorf("%w: %d (this client speaks %d)", ErrVersion, h.Version, wire.Version)
+	}
+	c := &Client{
+		rw:   rw,
+		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
+		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1),
+		dead: make(chan struct{}), demuxDone: make(chan struct{}),
+	}
+	go c.demux(br)
+	return c, nil
+}
+
+// Info returns the agent's handshake.
+func (c *Client) Info() Info { return c.info }
+
+// Close closes the channel. Runs in flight fail with [ErrChannelClosed];
+// the agent of a stdio channel then kills everything and exits. Close
+// returns once the client's own goroutines are gone (a run's delivery to
+// a Writer still blocked in Write ends when that Write returns).
+func (c *Client) Close() error {
+	c.fail(errors.New("closed by the client"))
+	<-c.demuxDone
+	return nil
+}
+
+// Shutdown asks the agent to kill every run and exit, and waits for its
+// report that all is dead; it returns [ErrNotKilled] if the agent says
+// otherwise. The channel is closed afterwards.
+func (c *Client) Shutdown(ctx context.Context) error {
+	defer c.Close()
+	if err := c.send(wire.Frame{Type: wire.Shutdown}); err != nil {
+		return err
+	}
+	select {
+	case m := <-c.bye:
+		if !m.OK {
+			return fmt.Errorf("%w: %s", ErrNotKilled, m.Msg)
+		}
+		return nil
+	case <-c.dead:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Client) fail(cause error) {
+	c.failOnce.Do(func() {
+		c.err = fmt.Errorf("%w: %v", ErrChannelClosed, cause)
+		close(c.dead)
+		c.rw.Close()
+	})
+}
+
+// send writes frames in one Write call.
+func (c *Client) send(frames ...wire.Frame) error {
+	var b []byte
+	for _, f := range frames {
+		if len(f.Payload) > wire.MaxPayload {
+			return fmt.Errorf("%w: payload of %d bytes", wire.ErrProtocol, len(f.Payload))
+		}
+		b = f.Append(b)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-c.dead:
+		return c.err
+	default:
+	}
+	if _, err := c.rw.Write(b); err != nil {
+		c.fail(err)
+		return c.err
+	}
+	return nil
+}
+
+// demux reads every frame and hands it to its run without ever blocking
+// on a run's consumer: each stream holds at most its window.
+func (c *Client) demux(br *bufio.Reader) {
+	defer close(c.demuxDone)
+	for {
+		f, err := wire.Read(br)
+		if err != nil {
+			c.fail(err)
+			break
+		}
+		if err := c.route(f); err != nil {
+			c.fail(err)
+			break
+		}
+	}
+	c.mu.Lock()
+	runs := c.runs
+	c.runs = map[uint32]*clientRun{}
+	c.mu.Unlock()
+	for _, r := range runs {
+		r.end()
+	}
+}
+
+func (c *Client) route(f wire.Frame) error {
+	if f.Type == wire.Bye {
+		m, err := wire.DecodeBye(f.Payload)
+		if err != nil {
+			return err
+		}
+		c.bye <- m
+		return nil
+	}
+	c.mu.Lock()
+	r := c.runs[f.ID]
+	if f.Type == wire.Exit {
+		delete(c.runs, f.ID)
+	}
+	c.mu.Unlock()
+	if r == nil {
+		if f.Type == wire.Credit {
+			return nil // stdin credit may trail its run's Exit
+		}
+		return fmt.Errorf("%w: frame type %d for unknown run %d", wire.ErrProtocol, f.Type, f.ID)
+	}
+	switch f.Type {
+	case wire.Stdout, wire.Stderr:
+		s := &r.out[0]
+		if f.Type == wire.Stderr {
+			s = &r.out[1]
+		}
+		return s.push(f.Payload)
+	case wire.Credit:
+		m, err := wire.DecodeCredit(f.Payload)
+		if err != nil || m.Stream != wire.StreamStdin {
+			return fmt.Errorf("%w: bad credit", wire.ErrProtocol)
+		}
+		r.mu.Lock()
+		r.stdinCredit += int64(m.N)
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	case wire.Exit:
+		m, err := wire.DecodeExit(f.Payload)
+		if err != nil {
+			return err
+		}
+		r.exit = m
+		close(r.exited)
+		r.end()
+	default:
+		return fmt.Errorf("%w: frame type %d from the agent", wire.ErrProtocol, f.Type)
+	}
+	return nil
+}
+
+// clientRun is the client's side of one run.
+type clientRun struct {
+	c  *Client
+	id uint32
+
+	mu          sync.Mutex
+	cond        sync.Cond
+	stdinCredit int64
+	done        bool // the run ended: stop sending stdin
+	stdinErr    error
+
+	out    [2]outStream
+	exited chan struct{} // closed when exit is set
+	exit   wire.ExitMsg
+}
+
+// end marks the run over for its stdin copier and its streams (which
+// still deliver what they hold).
+func (r *clientRun) end() {
+	r.mu.Lock()
+	r.done = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	r.out[0].close()
+	r.out[1].close()
+}
+
+// outStream buffers one output stream of a run for its delivery
+// goroutine; the agent's credit bounds what it holds.
+type outStream struct {
+	r       *clientRun
+	stream  uint8
+	w       io.Writer
+	mu      sync.Mutex
+	cond    sync.Cond
+	chunks  [][]byte
+	held    int
+	closed  bool // no more data will come
+	discard bool // the caller left: drop what comes
+	werr    error
+	done    chan struct{}
+}
+
+func (s *outStream) push(p []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held+len(p) > wire.Window {
+		return fmt.Errorf("%w: the agent overran a window", wire.ErrProtocol)
+	}
+	s.chunks = append(s.chunks, p)
+	s.held += len(p)
+	s.cond.Signal()
+	return nil
+}
+
+func (s *outStream) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Signal()
+	s.mu.Unlock()
+}
+
+// deliver writes the stream to its Writer and grants the agent credit for
+// each chunk written.
+func (s *outStream) deliver() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		for len(s.chunks) == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		if len(s.chunks) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		p := s.chunks[0]
+		s.chunks[0] = nil
+		s.chunks = s.chunks[1:]
+		write := s.w != nil && s.werr == nil && !s.discard
+		closed := s.closed
+		s.mu.Unlock()
+		var err error
+		if write {
+			_, err = s.w.Write(p)
+		}
+		s.mu.Lock()
+		s.held -= len(p)
+		if err != nil && s.werr == nil {
+			s.werr = err
+		}
+		s.mu.Unlock()
+		if !closed {
+			m := wire.CreditMsg{Stream: s.stream, N: uint32(len(p))}
+			_ = s.r.c.send(wire.Frame{Type: wire.Credit, ID: s.r.id, Payload: m.Encode()})
+		}
+	}
+}
+
+// Run runs req in the sandbox with its own stdin (nil: empty), stdout
+// and stderr (nil: discarded), and returns how it ended. A non-zero exit
+// is data, not an error. Every process the command started is dead when
+// Run returns without error: the agent kills what the command left
+// behind when it exits.
+//
+// When ctx ends first, Run asks the agent to kill the run, waits up to
+// [KillWait] for its report, and returns the partial Exit with ctx's
+// error (joined with [ErrNotKilled] when the report says something
+// survived or never came). Start failures wrap [exec.ErrNotFound],
+// [exec.ErrPermission], [exec.ErrDirNotFound] or [ErrUnknownUser]; a
+// channel that fails makes Run return [ErrChannelClosed] promptly. A
+// failed stdout or stderr Write or stdin Read is returned after the run
+// ends. Run does not wait for a stdin that never ends once the command has
+// exited: the copying goroutine ends when its Read returns.
+func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	unknown := Exit{Code: -1}
+	if err := validate(req); err != nil {
+		return unknown, err
+	}
+	if err := ctx.Err(); err != nil {
+		return unknown, err
+	}
+	r := &clientRun{c: c, exited: make(chan struct{})}
+	r.cond.L = &r.mu
+	r.stdinCredit = wire.Window
+	for i, w := range []io.Writer{stdout, stderr} {
+		s := &r.out[i]
+		s.r, s.stream, s.w, s.done = r, uint8(i+1), w, make(chan struct{})
+		s.cond.L = &s.mu
+	}
+	c.mu.Lock()
+	select {
+	case <-c.dead:
+		c.mu.Unlock()
+		return unknown, c.err
+	default:
+	}
+	c.next++
+	r.id = c.next
+	c.runs[r.id] = r
+	c.mu.Unlock()
+
+	start := wire.StartMsg{Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User}
+	frames := []wire.Frame{{Type: wire.Start, ID: r.id, Payload: start.Encode()}}
+	if stdin == nil { // EOF at once, in the same write
+		frames = append(frames, wire.Frame{Type: wire.Stdin, ID: r.id})
+	}
+	if err := c.send(frames...); err != nil {
+		return unknown, err
+	}
+	go r.out[0].deliver()
+	go r.out[1].deliver()
+	if stdin != nil {
+		go r.copyStdin(stdin)
+	}
+
+	var ctxErr error
+	select {
+	case <-r.exited:
+	case <-c.dead:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		_ = c.send(wire.Frame{Type: wire.Kill, ID: r.id})
+		// The caller has left: what the agent still sends is dropped.
+		for i := range r.out {
+			s := &r.out[i]
+			s.mu.Lock()
+			s.discard = true
+			s.mu.Unlock()
+		}
+		t := time.NewTimer(KillWait)
+		defer t.Stop()
+		select {
+		case <-r.exited:
+		case <-c.dead:
+		case <-t.C:
+			return unknown, errors.Join(ctxErr, fmt.Errorf("%w: no report %v after the kill", ErrNotKilled, KillWait))
+		}
+	}
+	select {
+	case <-r.exited:
+	default: // the channel failed
+		return unknown, errors.Join(ctxErr, c.err)
+	}
+	if ctxErr == nil {
+		<-r.out[0].done
+		<-r.out[1].done
+	}
+	return r.result(ctxErr)
+}
+
+func (r *clientRun) result(ctxErr error) (Exit, error) {
+	m := r.exit
+	ex := Exit{Code: int(m.Code), Killed: m.Killed, Leftovers: int(m.Leftovers), Usage: exec.Usage{
+		UserCPU: time.Duration(m.UserCPU), SystemCPU: time.Duration(m.SystemCPU), PeakRSS: m.PeakRSS}}
+	var err error
+	switch m.Status {
+	case wire.Exited:
+		if m.Msg != "" {
+			err = fmt.Errorf("%w: %s", ErrNotKilled, m.Msg)
+		}
+	case wire.StartNotFound:
+		err = fmt.Errorf("agent: %s: %w", m.Msg, exec.ErrNotFound)
+	case wire.StartPermission:
+		err = fmt.Errorf("agent: %s: %w", m.Msg, exec.ErrPermission)
+	case wire.StartDir:
+		err = fmt.Errorf("agent: %s: %w", m.Msg, exec.ErrDirNotFound)
+	case wire.StartUser:
+		err = fmt.Errorf("%w: %s", ErrUnknownUser, m.Msg)
+	case wire.Lost:
+		err = fmt.Errorf("%w: %s", ErrLost, m.Msg)
+	default:
+		err = fmt.Errorf("agent: cannot start the command: %s", m.Msg)
+	}
+	if m.Status != wire.Exited {
+		ex.Code = -1
+	}
+	if ctxErr != nil {
+		return ex, errors.Join(ctxErr, err)
+	}
+	if err != nil {
+		return ex, err
+	}
+	for i, name := range []string{"stdout", "stderr"} {
+		s := &r.out[i]
+		s.mu.Lock()
+		werr := s.werr
+		s.mu.Unlock()
+		if werr != nil {
+			return ex, fmt.Errorf("agent: writing %s: %w", name, werr)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stdinErr != nil {
+		return ex, fmt.Errorf("agent: reading stdin: %w", r.stdinErr)
+	}
+	return ex, nil
+}
+
+// copyStdin sends stdin within the run's credit, then EOF. It stops
+// sending once the run has ended.
+func (r *clientRun) copyStdin(stdin io.Reader) {
+	buf := make([]byte, wire.ChunkSize)
+	for {
+		n, err := stdin.Read(buf)
+		for p := buf[:n]; len(p) > 0; {
+			r.mu.Lock()
+			for r.stdinCredit <= 0 && !r.done {
+				r.cond.Wait()
+			}
+			k := int(min(int64(len(p)), r.stdinCredit))
+			r.stdinCredit -= int64(k)
+			done := r.done
+			r.mu.Unlock()
+			if done {
+				return
+			}
+			if r.c.send(wire.Frame{Type: wire.Stdin, ID: r.id, Payload: p[:k]}) != nil {
+				return
+			}
+			p = p[k:]
+		}
+		if err != nil {
+			if err != io.EOF {
+				r.mu.Lock()
+				r.stdinErr = err
+				r.mu.Unlock()
+			}
+			_ = r.c.send(wire.Frame{Type: wire.Stdin, ID: r.id})
+			return
+		}
+	}
+}
+
+// validate checks what the agent cannot carry.
+func validate(req Request) error {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return fmt.Errorf("%w: empty command", exec.ErrInvalidCommand)
+	}
+	for _, list := range [][]string{req.Argv, req.Env, {req.Dir, req.User}} {
+		for _, s := range list {
+			if strings.IndexByte(s, 0) >= 0 {
+				return fmt.Errorf("%w: NUL byte in %q", exec.ErrInvalidCommand, s)
+			}
+		}
+	}
+	for _, kv := range req.Env {
+		if !strings.Contains(kv, "=") {
+			return fmt.Errorf("%w: env entry %q without '='", exec.ErrInvalidCommand, kv)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,505 @@
+package server
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podvm/podvm/internal/agent/wire"
+)
+
+const (
+	// drainGrace bounds how long a run's output pipe may stay open after
+	// every process of the run is dead (only a process of another run
+	// that was handed the fd can hold it).
+	drainGrace = 2 * time.Second
+	// shutdownGrace bounds the wait for every run to report at shutdown.
+	shutdownGrace = 30 * time.Second
+)
+
+// Main runs the agent, or a shim when args hold -shim, and returns the
+// process's exit code.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("podvm-agent", flag.ContinueOnError)
+	shimMode := fs.Bool("shim", false, "serve runs for the agent (internal)")
+	listen := fs.String("listen", "", "also serve the protocol on a unix socket at this path, to peers outside the sandbox's PID namespace only")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *shimMode {
+		return shimMain()
+	}
+	in, out, err := takeStdio()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "podvm-agent:", err)
+		return 1
+	}
+	if err := harden(); err != nil {
+		return 1
+	}
+	// PID 1 is the reaper of its namespace anyway; elsewhere (tests) this
+	// makes the agent one.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	a := &agent{sessions: map[*session]bool{}}
+	a.pool = newPool(func() { _ = a.sweep(shutdownGrace) })
+	if *listen != "" {
+		l, err := net.Listen("unix", *listen)
+		if err != nil {
+			return 1
+		}
+		go a.accept(l.(*net.UnixListener))
+	}
+	s := a.newSession(in, out, func() { in.Close(); out.Close() })
+	s.serve()
+	// The stdio channel is single-use: once it ends nobody can reach
+	// the agent any more, so everything it runs dies with it.
+	a.shutdown(nil)
+	return 0
+}
+
+// agent is PID 1: its sessions (the stdio channel and socket peers) and
+// the pool of shims that run their commands.
+type agent struct {
+	pool     *pool
+	mu       sync.Mutex
+	sessions map[*session]bool
+	sweepMu  sync.Mutex
+	downOnce sync.Once
+}
+
+// accept serves peers of the socket that are outside the sandbox's PID
+// namespace: SO_PEERCRED reports pid 0 for a peer whose pid has no
+// number in the agent's namespace, and the real pid of any process
+// inside it, which is refused.
+func (a *agent) accept(l *net.UnixListener) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		var cred *unix.Ucred
+		if raw, err := c.SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) {
+				cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+			})
+		}
+		if cred == nil || cred.Pid != 0 {
+			c.Close()
+			continue
+		}
+		go a.newSession(c, c, func() { c.Close() }).serve()
+	}
+}
+
+// sweep kills every orphan that reached the agent until none is left.
+func (a *agent) sweep(bound time.Duration) error {
+	a.sweepMu.Lock()
+	defer a.sweepMu.Unlock()
+	deadline := time.Now().Add(bound)
+	for {
+		n, err := a.pool.killOrphans()
+		if n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d orphaned processes survive (%v)", n, err)
+		}
+		select {
+		case <-a.pool.reaped:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// shutdown kills every run of every session, waits for their reports,
+// ends the shims and orphans, says Bye on bye (when not nil) and exits.
+func (a *agent) shutdown(bye *session) {
+	a.downOnce.Do(func() {
+		a.mu.Lock()
+		var all []*session
+		for s := range a.sessions {
+			all = append(all, s)
+		}
+		a.mu.Unlock()
+		for _, s := range all {
+			s.killAll()
+		}
+		var problems []string
+		done := make(chan struct{})
+		go func() {
+			for _, s := range all {
+				s.wg.Wait()
+			}
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(shutdownGrace):
+			problems = append(problems, "runs still not dead after "+shutdownGrace.String())
+		}
+		for _, s := range all {
+			if p := s.killProblem(); p != "" {
+				problems = append(problems, p)
+			}
+		}
+		a.pool.close()
+		if err := a.sweep(shutdownGrace); err != nil {
+			problems = append(problems, err.Error())
+		}
+		if bye != nil {
+			m := wire.ByeMsg{OK: len(problems) == 0, Msg: fmt.Sprint(problems)}
+			_ = bye.send(wire.Frame{Type: wire.Bye, Payload: m.Encode()})
+		}
+		os.Exit(0)
+	})
+}
+
+// session is one client's channel: the stdio one or a socket peer's.
+type session struct {
+	a     *agent
+	in    *bufio.Reader
+	out   io.Writer
+	close func()
+	wmu   sync.Mutex
+	werr  error
+	mu    sync.Mutex
+	runs  map[uint32]*run
+	wg    sync.WaitGroup
+	bad   string // the first run that could not kill everything
+}
+
+func (a *agent) newSession(in io.Reader, out io.Writer, close func()) *session {
+	s := &session{a: a, in: bufio.NewReaderSize(in, 64<<10), out: out, close: close, runs: map[uint32]*run{}}
+	a.mu.Lock()
+	a.sessions[s] = true
+	a.mu.Unlock()
+	return s
+}
+
+// send writes one frame; after a write error the session is closed and
+// every later send fails.
+func (s *session) send(f wire.Frame) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.werr == nil {
+		if s.werr = wire.Write(s.out, f); s.werr != nil {
+			s.close()
+		}
+	}
+	return s.werr
+}
+
+// serve says Hello and dispatches the client's frames until the channel
+// ends or breaks the protocol; then it kills the session's runs and
+// waits for them.
+func (s *session) serve() {
+	wd, _ := os.Getwd()
+	hello := wire.HelloMsg{Version: wire.Version, PID: uint32(os.Getpid()), UID: uint32(os.Getuid()),
+		GID: uint32(os.Getgid()), Arch: runtime.GOARCH, GoVersion: runtime.Version(), Dir: wd}
+	if s.send(wire.Frame{Type: wire.Hello, Payload: hello.Encode()}) == nil {
+		for {
+			f, err := wire.Read(s.in)
+			if err != nil || s.dispatch(f) != nil {
+				break
+			}
+		}
+	}
+	s.close()
+	s.killAll()
+	s.wg.Wait()
+	s.a.mu.Lock()
+	delete(s.a.sessions, s)
+	s.a.mu.Unlock()
+}
+
+func (s *session) dispatch(f wire.Frame) error {
+	if f.Type == wire.Shutdown {
+		go s.a.shutdown(s)
+		return nil
+	}
+	s.mu.Lock()
+	r := s.runs[f.ID]
+	if f.Type == wire.Start {
+		if r != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("%w: run %d started twice", wire.ErrProtocol, f.ID)
+		}
+		m, err := wire.DecodeStart(f.Payload)
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		r = &run{s: s, id: f.ID}
+		r.cond.L = &r.mu
+		r.window[wire.StreamStdout], r.window[wire.StreamStderr] = wire.Window, wire.Window
+		s.runs[f.ID] = r
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go r.run(m)
+		return nil
+	}
+	s.mu.Unlock()
+	if r == nil {
+		return nil // a frame for a run that has ended
+	}
+	switch f.Type {
+	case wire.Stdin:
+		r.pushStdin(f.Payload)
+	case wire.Credit:
+		m, err := wire.DecodeCredit(f.Payload)
+		if err != nil || m.Stream == wire.StreamStdin || m.Stream > wire.StreamStderr {
+			return fmt.Errorf("%w: bad credit", wire.ErrProtocol)
+		}
+		r.addCredit(m.Stream, int64(m.N))
+	case wire.Kill:
+		r.kill()
+	default:
+		return fmt.Errorf("%w: frame type %d", wire.ErrProtocol, f.Type)
+	}
+	return nil
+}
+
+func (s *session) killAll() {
+	s.mu.Lock()
+	runs := make([]*run, 0, len(s.runs))
+	for _, r := range s.runs {
+		runs = append(runs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range runs {
+		r.kill()
+	}
+}
+
+func (s *session) killProblem() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bad
+}
+
+// run is one command in flight.
+type run struct {
+	s        *session
+	id       uint32
+	mu       sync.Mutex
+	cond     sync.Cond
+	window   [3]int64 // credit of stdout and stderr (indexed by stream)
+	stdin    [][]byte
+	stdinEOF bool
+	finished bool // no more stdin is wanted
+	exited   bool // every process of the run is dead
+	killed   bool
+	sh       *shim
+}
+
+func (r *run) run(m wire.StartMsg) {
+	defer r.s.wg.Done()
+	ex := r.exec(m)
+	if ex.Status == wire.Exited && ex.Msg != "" {
+		r.s.mu.Lock()
+		if r.s.bad == "" {
+			r.s.bad = ex.Msg
+		}
+		r.s.mu.Unlock()
+	}
+	r.s.mu.Lock()
+	delete(r.s.runs, r.id)
+	r.s.mu.Unlock()
+	_ = r.s.send(wire.Frame{Type: wire.Exit, ID: r.id, Payload: ex.Encode()})
+}
+
+// pipe returns a pipe whose end for the agent (read end when ours is
+// "r") is non-blocking, hence pollable and closable under a pending
+// read or write; the child's end stays blocking.
+func pipe(ours byte) (agentEnd *os.File, childEnd int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, err
+	}
+	a, c := p[0], p[1]
+	if ours == 'w' {
+		a, c = c, a
+	}
+	if err := unix.SetNonblock(a, true); err != nil {
+		closeAll(p[:])
+		return nil, -1, err
+	}
+	return os.NewFile(uintptr(a), "pipe"), c, nil
+}
+
+// exec runs the command through a shim and returns its Exit message,
+// once all the output that reached the pipes is forwarded.
+func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
+	failed := func(format string, a ...any) wire.ExitMsg {
+		return wire.ExitMsg{Status: wire.StartFailed, Msg: fmt.Sprintf(format, a...)}
+	}
+	sh, err := r.s.a.pool.get()
+	if err != nil {
+		return failed("%v", err)
+	}
+	var ours [3]*os.File
+	var theirs [3]int
+	for i, dir := range []byte{'w', 'r', 'r'} {
+		if ours[i], theirs[i], err = pipe(dir); err != nil {
+			for _, f := range ours[:i] {
+				f.Close()
+			}
+			closeAll(theirs[:i])
+			r.s.a.pool.put(sh)
+			return failed("pipe: %v", err)
+		}
+	}
+	err = sh.send(wire.Frame{Type: wire.Start, Payload: m.Encode()}, theirs[:]...)
+	closeAll(theirs[:])
+	if err != nil {
+		for _, f := range ours {
+			f.Close()
+		}
+		sh.conn.Close()
+		return wire.ExitMsg{Status: wire.Lost, Msg: "the run's shim is gone: " + err.Error()}
+	}
+	r.mu.Lock()
+	r.sh = sh
+	killed := r.killed
+	r.mu.Unlock()
+	if killed {
+		_ = sh.send(wire.Frame{Type: wire.Kill})
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go r.pumpOut(ours[1], wire.Stdout, wire.StreamStdout, &wg)
+	go r.pumpOut(ours[2], wire.Stderr, wire.StreamStderr, &wg)
+	go r.pumpStdin(ours[0])
+
+	ex, ok := <-sh.exit
+	if !ok {
+		ex = wire.ExitMsg{Status: wire.Lost, Msg: "the run's shim died; the processes it left were killed"}
+	}
+	r.mu.Lock()
+	r.exited = true
+	r.sh = nil
+	r.mu.Unlock()
+	for _, f := range ours[1:] {
+		_ = f.SetReadDeadline(time.Now().Add(drainGrace))
+	}
+	wg.Wait()
+	r.mu.Lock()
+	r.finished = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	ours[0].Close()
+	if ok {
+		r.s.a.pool.put(sh)
+	} else {
+		sh.conn.Close()
+		_ = r.s.a.sweep(shutdownGrace)
+	}
+	return ex
+}
+
+// pumpOut forwards one output pipe to the client within the stream's
+// credit, until EOF; after a kill it discards instead.
+func (r *run) pumpOut(f *os.File, typ wire.Type, stream uint8, wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer f.Close()
+	buf := make([]byte, wire.ChunkSize)
+	for {
+		r.mu.Lock()
+		for r.window[stream] <= 0 && !r.killed {
+			r.cond.Wait()
+		}
+		n := len(buf)
+		if !r.killed {
+			n = int(min(int64(n), r.window[stream]))
+		}
+		exited := r.exited
+		r.mu.Unlock()
+		if exited {
+			_ = f.SetReadDeadline(time.Now().Add(drainGrace))
+		}
+		k, err := f.Read(buf[:n])
+		if k > 0 {
+			r.mu.Lock()
+			send := !r.killed
+			if send {
+				r.window[stream] -= int64(k)
+			}
+			r.mu.Unlock()
+			if send {
+				_ = r.s.send(wire.Frame{Type: typ, ID: r.id, Payload: buf[:k]})
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pumpStdin writes the client's stdin to the command, granting credit
+// back as it goes; a command that stopped reading makes it discard.
+func (r *run) pumpStdin(f *os.File) {
+	defer f.Close()
+	broken := false
+	for {
+		r.mu.Lock()
+		for len(r.stdin) == 0 && !r.stdinEOF && !r.finished {
+			r.cond.Wait()
+		}
+		if len(r.stdin) == 0 || r.finished {
+			r.mu.Unlock()
+			return
+		}
+		chunk := r.stdin[0]
+		r.stdin = r.stdin[1:]
+		r.mu.Unlock()
+		if !broken {
+			if _, err := f.Write(chunk); err != nil {
+				broken = true
+			}
+		}
+		m := wire.CreditMsg{Stream: wire.StreamStdin, N: uint32(len(chunk))}
+		_ = r.s.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
+	}
+}
+
+func (r *run) pushStdin(p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(p) == 0 {
+		r.stdinEOF = true
+	} else if !r.stdinEOF {
+		r.stdin = append(r.stdin, p)
+	}
+	r.cond.Broadcast()
+}
+
+func (r *run) addCredit(stream uint8, n int64) {
+	r.mu.Lock()
+	r.window[stream] += n
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+func (r *run) kill() {
+	r.mu.Lock()
+	if r.killed {
+		r.mu.Unlock()
+		return
+	}
+	r.killed = true
+	r.cond.Broadcast()
+	// Sent under the lock: once exec has taken the shim back (sh nil) it
+	// may serve another run, which a late Kill must not reach.
+	if r.sh != nil {
+		_ = r.sh.send(wire.Frame{Type: wire.Kill})
+	}
+	r.mu.Unlock()
+}

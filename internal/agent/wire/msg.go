@@ -1,0 +1,205 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// HelloMsg is the agent's first frame: the protocol version and how the
+// agent sees itself.
+type HelloMsg struct {
+	Version       uint32
+	PID, UID, GID uint32
+	Arch          string // GOARCH of the agent binary
+	GoVersion     string // the Go release that built it
+	Dir           string // the agent's working directory, a run's default
+}
+
+// StartMsg asks for a run. Strings carry arbitrary bytes except NUL.
+type StartMsg struct {
+	Argv []string // Argv[0] is looked up in PATH unless it holds a slash
+	Env  []string // KEY=VALUE entries, merged over the agent's environment
+	Dir  string   // empty: the agent's working directory
+	User string   // empty: the agent's user; else name, uid, uid:gid or name:group
+}
+
+// Status says how a run ended.
+type Status uint8
+
+// The statuses of an ExitMsg.
+const (
+	Exited          Status = iota // the command ran; Code is its status
+	StartNotFound                 // the command does not exist
+	StartPermission               // the command (or its directory) may not be run
+	StartDir                      // the working directory is missing or not a directory
+	StartUser                     // the user or group is unknown
+	StartFailed                   // another start failure; Msg says which
+	Lost                          // the run's supervisor died; its processes were killed
+)
+
+// ExitMsg is a run's last frame.
+type ExitMsg struct {
+	Status    Status
+	Code      int32  // exit status, 128+signal when a signal ended it
+	Killed    bool   // the run was killed on request
+	Leftovers uint32 // processes still alive after the command exited, now killed
+	UserCPU   int64  // nanoseconds, every process of the run the kernel accounted
+	SystemCPU int64  // nanoseconds
+	PeakRSS   int64  // bytes, the largest process of the run
+	Msg       string // why a start failed, or what could not be killed
+}
+
+// ByeMsg is the agent's last frame after a Shutdown.
+type ByeMsg struct {
+	OK  bool   // every process of every run is dead
+	Msg string // otherwise, what is not
+}
+
+// CreditMsg grants N more bytes to a stream of a run.
+type CreditMsg struct {
+	Stream uint8
+	N      uint32
+}
+
+type enc []byte
+
+func (e enc) u8(v uint8) enc   { return append(e, v) }
+func (e enc) u32(v uint32) enc { return binary.BigEndian.AppendUint32(e, v) }
+func (e enc) u64(v uint64) enc { return binary.BigEndian.AppendUint64(e, v) }
+func (e enc) str(s string) enc { return append(e.u32(uint32(len(s))), s...) }
+func (e enc) strs(ss []string) enc {
+	e = e.u32(uint32(len(ss)))
+	for _, s := range ss {
+		e = e.str(s)
+	}
+	return e
+}
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) take(n int) []byte {
+	if d.err != nil || n < 0 || n > len(d.b) {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: short message", ErrProtocol)
+		}
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) u8() uint8 {
+	if b := d.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *dec) u32() uint32 {
+	if b := d.take(4); b != nil {
+		return binary.BigEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *dec) u64() uint64 {
+	if b := d.take(8); b != nil {
+		return binary.BigEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (d *dec) str() string { return string(d.take(int(d.u32()))) }
+
+func (d *dec) strs() []string {
+	n := d.u32()
+	if d.err != nil || uint64(n)*4 > uint64(len(d.b)) {
+		d.take(math.MaxInt32) // records the error
+		return nil
+	}
+	ss := make([]string, n)
+	for i := range ss {
+		ss[i] = d.str()
+	}
+	return ss
+}
+
+func (d *dec) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d trailing bytes", ErrProtocol, len(d.b))
+	}
+	return d.err
+}
+
+// Encode returns m's payload.
+func (m HelloMsg) Encode() []byte {
+	return enc(nil).u32(m.Version).u32(m.PID).u32(m.UID).u32(m.GID).str(m.Arch).str(m.GoVersion).str(m.Dir)
+}
+
+// DecodeHello parses a Hello payload.
+func DecodeHello(p []byte) (HelloMsg, error) {
+	d := &dec{b: p}
+	m := HelloMsg{Version: d.u32(), PID: d.u32(), UID: d.u32(), GID: d.u32(), Arch: d.str(), GoVersion: d.str(), Dir: d.str()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m StartMsg) Encode() []byte {
+	return enc(nil).strs(m.Argv).strs(m.Env).str(m.Dir).str(m.User)
+}
+
+// DecodeStart parses a Start payload.
+func DecodeStart(p []byte) (StartMsg, error) {
+	d := &dec{b: p}
+	m := StartMsg{Argv: d.strs(), Env: d.strs(), Dir: d.str(), User: d.str()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m ExitMsg) Encode() []byte {
+	k := uint8(0)
+	if m.Killed {
+		k = 1
+	}
+	return enc(nil).u8(uint8(m.Status)).u32(uint32(m.Code)).u8(k).u32(m.Leftovers).
+		u64(uint64(m.UserCPU)).u64(uint64(m.SystemCPU)).u64(uint64(m.PeakRSS)).str(m.Msg)
+}
+
+// DecodeExit parses an Exit payload.
+func DecodeExit(p []byte) (ExitMsg, error) {
+	d := &dec{b: p}
+	m := ExitMsg{Status: Status(d.u8()), Code: int32(d.u32()), Killed: d.u8() == 1, Leftovers: d.u32(),
+		UserCPU: int64(d.u64()), SystemCPU: int64(d.u64()), PeakRSS: int64(d.u64()), Msg: d.str()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m ByeMsg) Encode() []byte {
+	k := uint8(0)
+	if m.OK {
+		k = 1
+	}
+	return enc(nil).u8(k).str(m.Msg)
+}
+
+// DecodeBye parses a Bye payload.
+func DecodeBye(p []byte) (ByeMsg, error) {
+	d := &dec{b: p}
+	m := ByeMsg{OK: d.u8() == 1, Msg: d.str()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m CreditMsg) Encode() []byte { return enc(nil).u8(m.Stream).u32(m.N) }
+
+// DecodeCredit parses a Credit payload.
+func DecodeCredit(p []byte) (CreditMsg, error) {
+	d := &dec{b: p}
+	m := CreditMsg{Stream: d.u8(), N: d.u32()}
+	return m, d.done()
+}

@@ -1,0 +1,114 @@
+// Package wire is the frame format shared by podvm's agent, its per-run
+// shims and the host-side client. See package agent's documentation for
+// the protocol it carries.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version the agent announces in its Hello frame.
+// A client refuses an agent with another version.
+const Version = 1
+
+// Type is a frame's type.
+type Type uint8
+
+// The frame types. The comment says who sends each one.
+const (
+	Hello    Type = 1 + iota // agent→client, first frame, run id 0: a HelloMsg
+	Start                    // client→agent: a StartMsg for a new run id
+	Stdin                    // client→agent: stdin bytes; an empty payload is EOF
+	Stdout                   // agent→client: stdout bytes
+	Stderr                   // agent→client: stderr bytes
+	Credit                   // both ways: a CreditMsg, more room in a stream's window
+	Kill                     // client→agent: kill every process of the run
+	Exit                     // agent→client: an ExitMsg, the run's last frame
+	Shutdown                 // client→agent, run id 0: kill every run, say Bye, exit
+	Bye                      // agent→client, run id 0: a ByeMsg, the agent's last frame
+)
+
+// The streams a Credit frame refers to.
+const (
+	StreamStdin uint8 = iota
+	StreamStdout
+	StreamStderr
+)
+
+const (
+	// HeaderSize is the size of a frame header: type (1 byte), run id
+	// (4 bytes, big endian) and payload length (4 bytes, big endian).
+	HeaderSize = 9
+	// MaxPayload bounds a frame's payload; a longer one is a protocol
+	// error. It leaves room for a Start frame of a full ARG_MAX.
+	MaxPayload = 4 << 20
+	// ChunkSize is the largest stream payload a sender puts in one frame.
+	ChunkSize = 32 << 10
+	// Window is each stream's initial credit, in bytes: a sender has at
+	// most this many unacknowledged bytes in flight per stream of a run.
+	Window = 256 << 10
+)
+
+// ErrProtocol reports a malformed frame or message.
+var ErrProtocol = errors.New("agent: protocol error")
+
+// Frame is one frame: a type, the run it belongs to and its payload.
+type Frame struct {
+	Type    Type
+	ID      uint32
+	Payload []byte
+}
+
+// Append appends the encoded frame to b.
+func (f Frame) Append(b []byte) []byte {
+	b = append(b, byte(f.Type))
+	b = binary.BigEndian.AppendUint32(b, f.ID)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Payload)))
+	return append(b, f.Payload...)
+}
+
+// Write writes f to w in a single Write call, so writers that serialize
+// their calls never interleave frames.
+func Write(w io.Writer, f Frame) error {
+	if len(f.Payload) > MaxPayload {
+		return fmt.Errorf("%w: payload of %d bytes", ErrProtocol, len(f.Payload))
+	}
+	_, err := w.Write(f.Append(make([]byte, 0, HeaderSize+len(f.Payload))))
+	return err
+}
+
+// Read reads one frame from r. The payload is freshly allocated. It
+// returns io.EOF only when r ends cleanly between frames.
+func Read(r io.Reader) (Frame, error) {
+	var h [HeaderSize]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return Frame{}, err
+	}
+	return ReadPayload(r, h)
+}
+
+// ReadPayload reads the payload announced by header h from r.
+func ReadPayload(r io.Reader, h [HeaderSize]byte) (Frame, error) {
+	f := Frame{Type: Type(h[0]), ID: binary.BigEndian.Uint32(h[1:5])}
+	n := binary.BigEndian.Uint32(h[5:9])
+	if n > MaxPayload {
+		return Frame{}, fmt.Errorf("%w: payload of %d bytes", ErrProtocol, n)
+	}
+	if n > 0 {
+		f.Payload = make([]byte, n)
+		if _, err := io.ReadFull(r, f.Payload); err != nil {
+			return Frame{}, unexpected(err)
+		}
+	}
+	return f, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,50 @@
+package wire
+
+import (
+	"bytes"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestStartRoundTripKeepsRawBytes(t *testing.T) {
+	t.Parallel()
+	m := StartMsg{Argv: []string{"printf", "\xff\xfe", ""}, Env: []string{"X=\xff\xfe\n"}, Dir: "/d\xff", User: "1:2"}
+	var buf bytes.Buffer
+	require.NoError(t, Write(&buf, Frame{Type: Start, ID: 7, Payload: m.Encode()}))
+	f, err := Read(&buf)
+	require.NoError(t, err)
+	require.Equal(t, Start, f.Type)
+	require.Equal(t, uint32(7), f.ID)
+	got, err := DecodeStart(f.Payload)
+	require.NoError(t, err)
+	require.Equal(t, m, got)
+	_, err = Read(&buf)
+	require.ErrorIs(t, err, io.EOF)
+}
+
+func TestMalformed(t *testing.T) {
+	t.Parallel()
+	good := ExitMsg{Code: 137, Killed: true, Msg: "x"}.Encode()
+	tests := []struct {
+		name string
+		fn   func() error
+	}{
+		{"short exit", func() error { _, err := DecodeExit(good[:len(good)-1]); return err }},
+		{"trailing bytes", func() error { _, err := DecodeExit(append(good, 0)); return err }},
+		{"huge list", func() error { _, err := DecodeStart([]byte{0xff, 0xff, 0xff, 0xff}); return err }},
+		{"huge frame", func() error {
+			_, err := Read(bytes.NewReader([]byte{1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}))
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.ErrorIs(t, tt.fn(), ErrProtocol)
+		})
+	}
+	_, err := Read(bytes.NewReader([]byte{1, 0, 0, 0, 0, 0, 0, 0, 4, 'a'}))
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+}
