@@ -12,16 +12,17 @@ set -eu
 records=0
 [ "${1:-}" = -r ] && { records=1; shift; }
 log=${1:?usage: conformance-table.sh [-r] LOG}
-sed -n 's/^ *--- \(PASS\|FAIL\|SKIP\): \(TestConformance[A-Za-z0-9]*\|TestParity\)\/\([^ ]*\) .*/\1\t\2\t\3/p' "$log" |
+sed -n 's/^ *--- \(PASS\|FAIL\|SKIP\): \(TestConformance[A-Za-z0-9]*\|TestParity[A-Za-z]*\)\/\([^ ]*\) .*/\1\t\2\t\3/p' "$log" |
 awk -F'\t' -v records=$records '
 	{
 		outcome = $1 == "PASS" ? "pass" : $1 == "FAIL" ? "FAIL" : "skip"
 		name = $3
-		if ($2 == "TestParity") {
+		if ($2 ~ /^TestParity/) {
+			group = tolower(substr($2, 11)); if (group != "") group = "-" group
 			n = split(name, part, "/")
 			if (part[n] == "api" || part[n] == "cli") {
-				backend = "parity:" part[n]; sub("/" part[n] "$", "", name)
-			} else backend = "parity"
+				backend = "parity" group ":" part[n]; sub("/" part[n] "$", "", name)
+			} else backend = "parity" group
 		} else { backend = $2; sub("^TestConformance", "", backend) }
 		if (!(backend in seenb)) { seenb[backend] = 1; backends[nb++] = backend }
 		if (!(name in seenc)) { seenc[name] = 1; cases[nc++] = name }

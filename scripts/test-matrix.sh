@@ -7,7 +7,7 @@
 #
 #   scripts/test-matrix.sh
 #
-# Per server: go test -race -count=1 -run '^TestParity$' ./vm/
+# Per server: go test -race -count=1 -run '^TestParity(Exec)?$' ./vm/
 # with CONTAINER_HOST and PODVM_TEST_IMAGE of that server, PODVM_SERVER
 # (podman4 or podman5), PODVM_PODMAN (the podman CLI the CLI backend runs:
 # the host's podman for 4.3, scripts/podman5-cli for 5.4, which is remote
@@ -59,7 +59,7 @@ run() (
 	log "$server (Podman $version): go test, output in $OUT/$server.log"
 	start=$(date +%s)
 	status=0
-	$GO test -race -count=1 -v -run '^TestParity$' ./vm/ >"$OUT/$server.log" 2>&1 || status=$?
+	$GO test -race -count=1 -v -run '^TestParity(Exec)?$' ./vm/ >"$OUT/$server.log" 2>&1 || status=$?
 	scripts/conformance-table.sh -r "$OUT/$server.log" >"$OUT/$server.cases" || true
 	tail -n 3 "$OUT/$server.log" >&2
 	log "$server: go test exit status $status after $(($(date +%s) - start)) s"

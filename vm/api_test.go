@@ -38,6 +38,7 @@ func fakeVM(t *testing.T, version string, routes libpodtest.Routes, cfg Config) 
 	if cfg.Image == "" {
 		cfg.Image = testImage
 	}
+	cfg.PodmanExec = true // the fake service runs exec sessions, not the agent
 	v, err := NewAPIVM(context.Background(), svc.URI, cfg)
 	require.NoError(t, err)
 	return v, svc
@@ -154,7 +155,7 @@ func TestAPIUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	svc := libpodtest.Serve(t, "4.3", nil)
-	v, err := NewAPIVM(ctx, svc.URI, Config{Image: testImage})
+	v, err := NewAPIVM(ctx, svc.URI, Config{Image: testImage, PodmanExec: true})
 	require.NoError(t, err)
 	require.NoError(t, v.Create(ctx))
 	svc.Close() // the socket is gone
@@ -487,10 +488,11 @@ func TestAPICreateSpec(t *testing.T) {
 	})
 	require.NoError(t, v.Create(context.Background()))
 	assert.Len(t, v.ID(), 64)
-	assert.Equal(t, []string{"GET /_ping", "GET /images/localhost/podvm-test:latest/exists", "POST /containers/create", "POST /containers/{id}/start"}, routes(svc))
+	assert.Equal(t, []string{"GET /_ping", "GET /images/localhost/podvm-test:latest/exists", "GET /images/localhost/podvm-test:latest/json",
+		"POST /containers/create", "POST /containers/{id}/start"}, routes(svc))
 
 	var spec map[string]any
-	require.NoError(t, json.Unmarshal(svc.Requests()[2].Body, &spec))
+	require.NoError(t, json.Unmarshal(svc.Requests()[3].Body, &spec))
 	labels := spec["labels"].(map[string]any)
 	assert.Equal(t, "build", labels["team"])
 	assert.Equal(t, "true", labels[LabelManaged])
@@ -531,7 +533,7 @@ func TestAPICreateSpec(t *testing.T) {
 	v, svc = fakeVM(t, "4.3", nil, Config{})
 	require.NoError(t, v.Create(context.Background()))
 	spec = nil
-	require.NoError(t, json.Unmarshal(svc.Requests()[2].Body, &spec))
+	require.NoError(t, json.Unmarshal(svc.Requests()[3].Body, &spec))
 	assert.Equal(t, map[string]any{"nsmode": "none"}, spec["netns"])
 	for _, k := range []string{"name", "Networks", "mounts", "read_only_filesystem", "user", "work_dir", "env"} {
 		assert.NotContains(t, spec, k)
@@ -568,6 +570,9 @@ func TestAPICreatePullPolicy(t *testing.T) {
 	t.Parallel()
 	missing := "localhost/podvm-no-such-image:latest"
 	exists := "GET /images/" + missing + "/exists"
+	// Once present, the image is inspected for its architecture.
+	inspect, inspectMissing := "GET /images/localhost/podvm-test:latest/json", "GET /images/"+missing+"/json"
+	pulled := libpodtest.Recorded("image-inspect")
 	for _, c := range []struct {
 		name   string
 		image  string
@@ -577,15 +582,15 @@ func TestAPICreatePullPolicy(t *testing.T) {
 		asked  []string
 	}{
 		{"missing, present", testImage, PullMissing, nil, nil,
-			[]string{"GET /images/localhost/podvm-test:latest/exists", "POST /containers/create"}},
-		{"missing, absent", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing")}, nil,
-			[]string{exists, "POST /images/pull", "POST /containers/create"}},
+			[]string{"GET /images/localhost/podvm-test:latest/exists", inspect, "POST /containers/create"}},
+		{"missing, absent", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing"), inspectMissing: pulled}, nil,
+			[]string{exists, "POST /images/pull", inspectMissing, "POST /containers/create"}},
 		{"missing, no registry has it", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing"),
 			"POST /images/pull": libpodtest.Recorded("image-pull-unreachable")}, ErrImageNotFound,
 			[]string{exists, "POST /images/pull"}},
 		{"never, absent", missing, PullNever, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing")}, ErrImageNotFound,
 			[]string{exists}},
-		{"always", testImage, PullAlways, nil, nil, []string{"POST /images/pull", "POST /containers/create"}},
+		{"always", testImage, PullAlways, nil, nil, []string{"POST /images/pull", inspect, "POST /containers/create"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -75,8 +75,11 @@ func (m commandMatcher) String() string {
 		m.want.Timeout, m.want.MaxOutputBytes, m.want.Stdin != nil, m.want.Stdout != nil, m.want.Stderr != nil)
 }
 
+// newMock is a CLIVM on the Podman exec path (the mocks run no agent)
+// whose podman runs through a mock.
 func newMock(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockExecutor) {
 	t.Helper()
+	cfg.PodmanExec = true
 	x := execmock.NewMockExecutor(gomock.NewController(t))
 	v, err := NewCLIVM(cfg, x, opts...)
 	require.NoError(t, err)
@@ -87,11 +90,18 @@ func newMock(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockEx
 func created(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockExecutor) {
 	t.Helper()
 	v, x := newMock(t, cfg, opts...)
-	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: testID + "\n"}, nil)
+	gomock.InOrder(
+		x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(&exec.Result{Stdout: "amd64\n"}, nil),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: testID + "\n"}, nil),
+	)
 	require.NoError(t, v.Create(context.Background()))
 	require.Equal(t, testID, v.ID())
 	return v, x
 }
+
+// inspectArch is Create's first podman command: the image is present,
+// of this architecture.
+var inspectArch = exec.Command{Name: "podman", Args: []string{"image", "inspect", "--format", "{{.Architecture}}", "img"}, MaxOutputBytes: errCapture}
 
 // ownLabels are the argv of podvm's labels, sorted, as the tests expect
 // them for this process.
@@ -166,13 +176,13 @@ func TestCLICreateArgv(t *testing.T) {
 		want exec.Command
 	}{
 		{"defaults", Config{Image: "img"}, nil, exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: concat(
-			[]string{"run", "-d", "--pull", "missing"}, ownLabels(t, nil),
+			[]string{"run", "-d", "--pull", "never"}, ownLabels(t, nil),
 			[]string{"--network", "none"}, secure, []string{"--pids-limit", "1024", "--http-proxy=false"},
 			pid1, []string{"img"})}},
 		// Every Config field set; a remote URL, so /src is not checked.
 		{"every field", full, []Option{WithURL("tcp://podman.example:8080"), WithPodman("/opt/podman")},
 			exec.Command{Name: "/opt/podman", MaxOutputBytes: errCapture, Args: concat(
-				[]string{"--url", "tcp://podman.example:8080", "run", "-d", "--pull", "always", "--name", "box"},
+				[]string{"--url", "tcp://podman.example:8080", "run", "-d", "--pull", "never", "--name", "box"},
 				ownLabels(t, map[string]string{"team": "x"}),
 				[]string{"--network", "bridge"}, secure, []string{"--pids-limit", "100", "--http-proxy=false",
 					"--memory", "67108864", "--memory-swap", "67108864", "--cpus", "1.5",
@@ -184,6 +194,15 @@ func TestCLICreateArgv(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			v, x := newMock(t, c.cfg, c.opts...)
+			// The image is made present first (pulled under PullAlways),
+			// then created with --pull never.
+			if c.cfg.Pull == PullAlways {
+				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd exec.Command) (*exec.Result, error) {
+					assert.Equal(t, []string{"pull", "-q", c.cfg.Image}, cmd.Args[len(cmd.Args)-3:])
+					return &exec.Result{}, nil
+				})
+			}
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: "amd64\n"}, nil)
 			x.EXPECT().Run(gomock.Any(), cmdIs(c.want)).Return(&exec.Result{Stdout: testID + "\n"}, nil)
 			require.NoError(t, v.Create(context.Background()))
 			assert.Equal(t, testID, v.ID())
@@ -511,6 +530,7 @@ func TestCLICreateFailureRemovesWhatItMade(t *testing.T) {
 			var token string
 			const made = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 			gomock.InOrder(
+				x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(&exec.Result{Stdout: "amd64\n"}, nil),
 				x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, cmd exec.Command) (*exec.Result, error) {
 					token = tokenOf(cmd.Args)
 					if c.err != nil {
@@ -706,10 +726,12 @@ func TestCLIImageArchive(t *testing.T) {
 	t.Parallel()
 	archive := filepath.Join(t.TempDir(), "image.tar")
 	require.NoError(t, os.WriteFile(archive, []byte("tar"), 0o644))
+	arch := &exec.Result{Stdout: "amd64\n"}
 	v, x := newMock(t, Config{Image: "img", Pull: PullAlways, ImageArchive: archive})
 	gomock.InOrder(
 		x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"load", "-q", "-i", archive}})).
 			Return(&exec.Result{Stdout: "Loaded image: localhost/img:latest\n"}, nil),
+		x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(arch, nil),
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
 			assert.Equal(t, []string{"run", "-d", "--pull", "never"}, c.Args[:4], "no registry after the load")
 			return &exec.Result{Stdout: testID + "\n"}, nil
@@ -719,13 +741,12 @@ func TestCLIImageArchive(t *testing.T) {
 
 	present, x := newMock(t, Config{Image: "img", ImageArchive: archive})
 	gomock.InOrder(
-		x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"image", "exists", "img"}})).
-			Return(&exec.Result{}, nil),
+		x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(arch, nil),
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: testID + "\n"}, nil),
 	)
 	require.NoError(t, present.Create(context.Background()), "a present image is not loaded again")
 
 	gone, x := newMock(t, Config{Image: "img", ImageArchive: filepath.Join(t.TempDir(), "none.tar")})
-	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{ExitCode: 1}, nil)
+	x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(sampleResult(t, "run-image-not-known-loc.125.txt"), nil)
 	assert.ErrorIs(t, gone.Create(context.Background()), ErrInvalidConfig, "a missing archive names itself")
 }

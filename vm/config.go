@@ -100,6 +100,14 @@ type Config struct {
 	// time with PullAlways. PullNever forbids registries, not the archive.
 	// It works with remote services too: the archive is uploaded.
 	ImageArchive string
+	// PodmanExec runs each command as a Podman exec session instead of
+	// through podvm's agent, the sandbox's PID 1 by default. That path is
+	// ~100× slower per Run, cannot carry bytes that are not UTF-8, reports
+	// no usage, and its timeout kill (a marker in the environment, process
+	// groups) misses a process that both leaves its group and clears its
+	// environment. It is there for an image whose architecture the agent
+	// does not cover (the module carries it for amd64 and arm64).
+	PodmanExec bool
 }
 
 var (

@@ -32,7 +32,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	if err := checkPath("copy into", dir); err != nil {
 		return err
 	}
-	id, err := s.st.container()
+	id, _, err := s.st.container()
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	if err := checkPath("copy out", p); err != nil {
 		return err
 	}
-	id, err := s.st.container()
+	id, _, err := s.st.container()
 	if err != nil {
 		return err
 	}

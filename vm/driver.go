@@ -15,12 +15,22 @@ import (
 // [*CLIError]); a context's error is wrapped as it is.
 type driver interface {
 	// ensureImage makes cfg.Image present as cfg.Pull and
-	// cfg.ImageArchive say.
-	ensureImage(ctx context.Context, cfg Config) error
-	// create creates and starts a container for cfg, carrying labels,
-	// and returns its ID. When it fails, something may have been made:
-	// the caller removes it by label.
-	create(ctx context.Context, cfg Config, labels map[string]string) (string, error)
+	// cfg.ImageArchive say, and returns its architecture (a GOARCH).
+	ensureImage(ctx context.Context, cfg Config) (string, error)
+	// ensureAgent makes image ref present, importing it from the
+	// filesystem tarball fs when it is not, and returns its ID.
+	ensureAgent(ctx context.Context, ref string, fs []byte) (string, error)
+	// create creates a container for cfg, carrying labels, and returns
+	// its ID. With agentRef empty it also starts it, PID 1 being Podman's
+	// init; otherwise PID 1 is the agent (root, stdin open, stdio not
+	// logged) from image agentRef (an ID) mounted at agentDir, and the container
+	// is left created for attach to start. When it fails, something may
+	// have been made: the caller removes it by label.
+	create(ctx context.Context, cfg Config, labels map[string]string, agentRef string) (string, error)
+	// attach attaches to the stdio of created container id, then starts
+	// it, and returns the stream: reading it yields the container's
+	// stdout, writing it feeds its stdin. Closing it detaches.
+	attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
 	// exec runs p in container id as a Podman exec session and returns
 	// its exit status once the output is drained and the session has
 	// ended. started reports that the session began (so the command may

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
@@ -59,7 +61,19 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-func (a apiDriver) ensureImage(ctx context.Context, cfg Config) error {
+func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
+	if err := a.presentImage(ctx, cfg); err != nil {
+		return "", err
+	}
+	img, err := a.c.ImageInspect(ctx, cfg.Image)
+	if err != nil {
+		return "", apiError("image inspect", cfg.Image, err)
+	}
+	return img.Architecture, nil
+}
+
+// presentImage applies the pull policy.
+func (a apiDriver) presentImage(ctx context.Context, cfg Config) error {
 	ref := cfg.Image
 	if cfg.Pull != PullAlways {
 		ok, err := a.c.ImageExists(ctx, ref)
@@ -79,6 +93,17 @@ func (a apiDriver) ensureImage(ctx context.Context, cfg Config) error {
 		return apiError("pull", ref, err)
 	}
 	return nil
+}
+
+func (a apiDriver) ensureAgent(ctx context.Context, ref string, fs []byte) (string, error) {
+	img, err := a.c.ImageInspect(ctx, ref)
+	if isNotFound(err) {
+		img.ID, err = a.c.ImageImport(ctx, ref, bytes.NewReader(fs))
+	}
+	if err != nil {
+		return "", apiError("agent image", ref, err)
+	}
+	return img.ID, nil
 }
 
 // loadArchive uploads the config's image archive and checks that it held
@@ -102,9 +127,15 @@ func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string) (string, error) {
-	id, err := a.c.ContainerCreate(ctx, apiSpec(cfg, labels))
-	if err == nil {
+func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string, agentRef string) (string, error) {
+	spec := apiSpec(cfg, labels)
+	if agentRef != "" {
+		spec.Init, spec.Entrypoint, spec.User, spec.Stdin = false, []string{agentPath}, "0:0", true
+		spec.ImageVolumes = []libpod.ImageVolume{{Source: agentRef, Destination: agentDir}}
+		spec.LogConfiguration = &libpod.LogConfig{Driver: "none"}
+	}
+	id, err := a.c.ContainerCreate(ctx, spec)
+	if err == nil && agentRef == "" {
 		err = a.c.ContainerStart(ctx, id)
 	}
 	if err != nil {
@@ -262,3 +293,38 @@ func (a apiDriver) list(ctx context.Context, label string) ([]container, error) 
 }
 
 func (a apiDriver) close() { a.c.CloseIdleConnections() }
+
+func (a apiDriver) attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	s, err := a.c.ContainerAttach(ctx, id)
+	if err != nil {
+		return nil, apiError("attach", id, err)
+	}
+	if err := a.c.ContainerStart(ctx, id); err != nil {
+		s.Close()
+		return nil, apiError("start", id, err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		// The agent's stderr carries only its own complaints.
+		pw.CloseWithError(libpod.Demux(s, pw, io.Discard))
+	}()
+	return &attached{Reader: pr, Writer: s, close: func() error {
+		pr.Close()
+		return s.Close()
+	}}, nil
+}
+
+// attached is a container's stdio stream: the container's stdout to
+// read, its stdin to write.
+type attached struct {
+	io.Reader
+	io.Writer
+	close func() error
+	once  sync.Once
+}
+
+func (a *attached) Close() error {
+	var err error
+	a.once.Do(func() { err = a.close() })
+	return err
+}

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -65,28 +66,51 @@ func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*e
 	return res, nil
 }
 
-func (d cliDriver) ensureImage(ctx context.Context, cfg Config) error {
-	if cfg.ImageArchive == "" {
-		return nil // podman run pulls as --pull says
-	}
+func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
+	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", cfg.Image}}
 	if cfg.Pull != PullAlways {
-		res, err := d.run(ctx, "image exists", cfg.Image, exec.Command{Args: []string{"image", "exists", cfg.Image}})
+		res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
 		switch {
 		case err == nil:
-			return nil
-		case res == nil || res.ExitCode != 1:
-			return err
+			return strings.TrimSpace(res.Stdout), nil
+		case !errors.Is(err, ErrImageNotFound):
+			return "", err
+		case cfg.Pull == PullNever && cfg.ImageArchive == "":
+			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, cfg.Image, PullNever)
 		}
 	}
-	if _, err := os.Stat(cfg.ImageArchive); err != nil {
-		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+	var err error
+	if cfg.ImageArchive != "" {
+		if _, serr := os.Stat(cfg.ImageArchive); serr != nil {
+			return "", fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, serr)
+		}
+		_, err = d.run(ctx, "load", cfg.ImageArchive, exec.Command{Args: []string{"load", "-q", "-i", cfg.ImageArchive}})
+	} else {
+		_, err = d.run(ctx, "pull", cfg.Image, exec.Command{Args: []string{"pull", "-q", cfg.Image}})
 	}
-	_, err := d.run(ctx, "load", cfg.ImageArchive, exec.Command{Args: []string{"load", "-q", "-i", cfg.ImageArchive}})
-	return err
+	if err != nil {
+		return "", err
+	}
+	res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(res.Stdout), nil
 }
 
-func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string) (string, error) {
-	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels)})
+func (d cliDriver) ensureAgent(ctx context.Context, ref string, fs []byte) (string, error) {
+	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Id}}", ref}})
+	if errors.Is(err, ErrImageNotFound) {
+		res, err = d.run(ctx, "import", ref, exec.Command{Args: []string{"import", "-q", "-", ref}, Stdin: bytes.NewReader(fs)})
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimPrefix(strings.TrimSpace(res.Stdout), "sha256:"), nil
+}
+
+func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agentRef string) (string, error) {
+	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels, agentRef)})
 	if err != nil {
 		return "", err
 	}
@@ -105,13 +129,14 @@ func isContainerID(s string) bool {
 	return err == nil
 }
 
-// runArgs is the argv of `podman run` for cfg.
-func runArgs(c Config, labels map[string]string) []string {
-	pull := c.Pull
-	if c.ImageArchive != "" {
-		pull = PullNever // ensureImage loaded the archive; no registry
+// runArgs is the argv of `podman run -d` for cfg or, with the agent from
+// image agentRef as PID 1, of `podman create`.
+func runArgs(c Config, labels map[string]string, agentRef string) []string {
+	a := []string{"run", "-d"}
+	if agentRef != "" {
+		a = []string{"create", "-i", "--log-driver", "none", "--mount", "type=image,source=" + agentRef + ",destination=" + agentDir}
 	}
-	a := []string{"run", "-d", "--pull", string(pull)}
+	a = append(a, "--pull", string(PullNever)) // ensureImage made it present
 	if c.Name != "" {
 		a = append(a, "--name", c.Name)
 	}
@@ -147,11 +172,14 @@ func runArgs(c Config, labels map[string]string) []string {
 	if c.Workdir != "" {
 		a = append(a, "--workdir", c.Workdir)
 	}
-	if c.User != "" {
-		a = append(a, "--user", c.User)
+	if c.User != "" && agentRef == "" {
+		a = append(a, "--user", c.User) // else the agent runs commands as c.User
 	}
 	for _, e := range c.Env {
 		a = append(a, "--env", e)
+	}
+	if agentRef != "" {
+		return append(a, "--user", "0:0", "--entrypoint", `["`+agentPath+`"]`, c.Image)
 	}
 	return append(a, "--init", "--entrypoint", initEntrypoint, c.Image)
 }
@@ -237,3 +265,26 @@ func (d cliDriver) list(ctx context.Context, label string) ([]container, error) 
 }
 
 func (cliDriver) close() {}
+
+// attach runs `podman start -a -i`, which attaches before it starts: the
+// stream is its stdin and stdout, for as long as it runs. Closing the
+// stream ends its stdin and stops it.
+func (d cliDriver) attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		_, err := d.run(actx, "start", id, exec.Command{Args: []string{"start", "-a", "-i", id}, Stdin: inR, Stdout: outW})
+		if err == nil {
+			err = io.EOF
+		}
+		outW.CloseWithError(err)
+		inR.Close()
+	}()
+	return &attached{Reader: outR, Writer: inW, close: func() error {
+		inW.Close()
+		outR.Close()
+		cancel()
+		return nil
+	}}, nil
+}

@@ -19,19 +19,24 @@ type harness struct {
 	unreachable []vm.Option
 }
 
-func apiHarness(env podmantest.Env) vmtest.Harness {
+// apiHarness is APIVM on env's service; podmanExec runs its commands as
+// Podman exec sessions instead of through the agent.
+func apiHarness(env podmantest.Env, podmanExec bool) vmtest.Harness {
 	return harness{env: env, newVM: func(cfg vm.Config, opts ...vm.Option) (vm.VM, error) {
 		uri := env.Host
 		if len(opts) > 0 {
 			uri = "unix:///nonexistent/podvm.sock"
 		}
+		cfg.PodmanExec = podmanExec
 		return vm.NewAPIVM(context.Background(), uri, cfg)
 	}, unreachable: []vm.Option{vm.WithURL("unix:///nonexistent/podvm.sock")}}
 }
 
-func cliHarness(env podmantest.Env) vmtest.Harness {
+// cliHarness is CLIVM on env's service, as cliMode runs it.
+func cliHarness(env podmantest.Env, podmanExec bool) vmtest.Harness {
 	return harness{env: env, newVM: func(cfg vm.Config, opts ...vm.Option) (vm.VM, error) {
 		x, mode := cliMode(env)
+		cfg.PodmanExec = podmanExec
 		return vm.NewCLIVM(cfg, x, append(append(mode, vm.WithPodman(env.Podman)), opts...)...)
 	}, unreachable: []vm.Option{vm.WithPodman("/nonexistent/podman")}}
 }
@@ -82,17 +87,22 @@ func (h harness) Containers(ctx context.Context, label string) ([]vmtest.Contain
 	return out, nil
 }
 
-func TestConformanceAPI(t *testing.T) {
-	vmtest.Run(t, apiHarness(podmantest.Need(t)))
-}
-
-func TestConformanceCLI(t *testing.T) {
-	vmtest.Run(t, cliHarness(podmantest.Need(t)))
-}
+// The suite on every combination: each backend, with each way a Run
+// travels (podvm's agent, the default, and Podman exec sessions).
+func TestConformanceAPI(t *testing.T)     { vmtest.Run(t, apiHarness(podmantest.Need(t), false)) }
+func TestConformanceCLI(t *testing.T)     { vmtest.Run(t, cliHarness(podmantest.Need(t), false)) }
+func TestConformanceAPIExec(t *testing.T) { vmtest.Run(t, apiHarness(podmantest.Need(t), true)) }
+func TestConformanceCLIExec(t *testing.T) { vmtest.Run(t, cliHarness(podmantest.Need(t), true)) }
 
 // TestParity runs every conformance case on both backends and requires
-// their Results to be identical, Duration excepted.
+// their Results to be identical, Duration and Usage excepted: through
+// the agent, and through Podman exec sessions.
 func TestParity(t *testing.T) {
 	env := podmantest.Need(t)
-	vmtest.RunParity(t, map[string]vmtest.Harness{"cli": cliHarness(env), "api": apiHarness(env)})
+	vmtest.RunParity(t, map[string]vmtest.Harness{"cli": cliHarness(env, false), "api": apiHarness(env, false)})
+}
+
+func TestParityExec(t *testing.T) {
+	env := podmantest.Need(t)
+	vmtest.RunParity(t, map[string]vmtest.Harness{"cli": cliHarness(env, true), "api": apiHarness(env, true)})
 }

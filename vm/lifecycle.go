@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
+
+	"github.com/podvm/podvm/internal/agent"
 )
 
 // labelToken names one sandbox's container before its ID is known, so
@@ -72,13 +75,14 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return ErrAlreadyCreated
 	}
 	s.created = true
-	if err := s.d.ensureImage(ctx, s.cfg); err != nil {
+	ref, err := s.ensureImages(ctx)
+	if err != nil {
 		s.gone = true // nothing was made
 		return err
 	}
-	id, err := s.createContainer(ctx)
+	id, a, err := s.createStarted(ctx, ref)
 	if err == nil {
-		s.st.setID(id)
+		s.st.set(id, a)
 		return nil
 	}
 	if errors.Is(err, errNotReached) {
@@ -101,6 +105,60 @@ func (s *sandbox) Create(ctx context.Context) error {
 	return err
 }
 
+// createStarted creates the container and, with the agent from image
+// agentRef, starts it and connects to the agent. Podman 4.3 now and then
+// fails to mount the agent's image when containers sharing it start and
+// stop at the same moment (`error mounting ... to rootfs at "/.podvm"`):
+// such a container is removed and made anew, up to three times.
+func (s *sandbox) createStarted(ctx context.Context, agentRef string) (string, *agent.Client, error) {
+	for try := 1; ; try++ {
+		id, err := s.createContainer(ctx, agentRef)
+		if err != nil || agentRef == "" {
+			return id, nil, err
+		}
+		a, err := s.startAgent(ctx, id)
+		if err == nil {
+			return id, a, nil
+		}
+		err = fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
+		if try == 3 || !imageMountRace.MatchString(err.Error()) || ctx.Err() != nil {
+			return id, nil, err
+		}
+		if err := s.d.remove(ctx, id); err != nil {
+			return id, nil, err
+		}
+	}
+}
+
+// imageMountRace is Podman's failure to mount the agent's image.
+var imageMountRace = regexp.MustCompile(`error mounting "[^"]*" to rootfs at "` + agentDir + `"`)
+
+// ensureImages makes the config's image present and, unless the config
+// asks for Podman exec sessions, the agent's image for its architecture,
+// whose name it returns.
+func (s *sandbox) ensureImages(ctx context.Context) (string, error) {
+	arch, err := s.d.ensureImage(ctx, s.cfg)
+	if err != nil || s.cfg.PodmanExec {
+		return "", err
+	}
+	ref, err := agentImage(arch)
+	if err != nil {
+		return "", err
+	}
+	fs, err := agentTar(arch)
+	if err != nil {
+		return "", err
+	}
+	// The image is mounted by ID: a concurrent import of the same agent,
+	// here or in another process, moves the tag, never the mount.
+	agentImports.Lock()
+	defer agentImports.Unlock()
+	return s.d.ensureAgent(ctx, ref, fs)
+}
+
+// agentImports serializes the agent image's import in this process.
+var agentImports sync.Mutex
+
 // createContainer runs the driver's create to its end even when ctx ends
 // first. A create cut short can still complete in Podman afterwards (the
 // service goes on with a request whose client left; a killed podman
@@ -109,7 +167,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 // ended the create gets cleanupTimeout more to finish; only then is it
 // cancelled. It returns the ID of what it made, if anything, and ctx's
 // error when ctx ended.
-func (s *sandbox) createContainer(ctx context.Context) (string, error) {
+func (s *sandbox) createContainer(ctx context.Context, agentRef string) (string, error) {
 	labels := s.cfg.labels()
 	labels[labelToken] = s.token
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -120,8 +178,9 @@ func (s *sandbox) createContainer(ctx context.Context) (string, error) {
 	}
 	done := make(chan made, 1)
 	go func() {
-		id, err := s.d.create(cctx, s.cfg, labels)
-		done <- made{id, err}
+		m := made{err: errors.New("vm: the create did not return")}
+		defer func() { done <- m }() // even when the driver's goroutine exits early
+		m.id, m.err = s.d.create(cctx, s.cfg, labels, agentRef)
 	}()
 	var m made
 	select {
@@ -156,6 +215,9 @@ func (s *sandbox) Remove(ctx context.Context) error {
 		return err
 	}
 	s.gone = true
+	if a := s.st.agentClient(); a != nil {
+		a.Close() // its container is gone: runs in flight end
+	}
 	return nil
 }
 
@@ -182,27 +244,36 @@ func (s *sandbox) removeMade(ctx context.Context, id string) error {
 type state struct {
 	mu      sync.RWMutex
 	id      string
+	agent   *agent.Client // nil on the Podman exec path
 	removed bool
 }
 
-// container returns the container ID, or ErrNotCreated / ErrRemoved.
-func (s *state) container() (string, error) {
+// container returns the container ID and the agent's client (nil on the
+// Podman exec path), or ErrNotCreated / ErrRemoved.
+func (s *state) container() (string, *agent.Client, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	switch {
 	case s.removed:
-		return "", ErrRemoved
+		return "", nil, ErrRemoved
 	case s.id == "":
-		return "", ErrNotCreated
+		return "", nil, ErrNotCreated
 	}
-	return s.id, nil
+	return s.id, s.agent, nil
 }
 
-// setID records the container once Create succeeded.
-func (s *state) setID(id string) {
+// set records the container, and its agent, once Create succeeded.
+func (s *state) set(id string, a *agent.Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.id = id
+	s.id, s.agent = id, a
+}
+
+// agentClient returns the agent's client, nil on the Podman exec path.
+func (s *state) agentClient() *agent.Client {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.agent
 }
 
 // markRemoved makes every later use fail with ErrRemoved.

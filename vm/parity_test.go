@@ -41,7 +41,7 @@ func TestBrokenBackend(t *testing.T) {
 	if os.Getenv("PODVM_TEST_BROKEN") == "" {
 		t.Skip("run by TestConformanceCatchesABrokenBackend")
 	}
-	vmtest.Run(t, brokenHarness{cliHarness(podmantest.Need(t))})
+	vmtest.Run(t, brokenHarness{cliHarness(podmantest.Need(t), false)})
 }
 
 // The suite can fail: against a backend that swaps the streams and

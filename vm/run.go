@@ -50,15 +50,18 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	if err := validUTF8(cmd); err != nil {
-		return nil, err
-	}
-	id, err := s.st.container()
+	id, a, err := s.st.container()
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
+	}
+	if a != nil {
+		return s.runAgent(ctx, a, cmd)
+	}
+	if err := validUTF8(cmd); err != nil {
+		return nil, err
 	}
 	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
 	defer cancel()

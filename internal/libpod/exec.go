@@ -103,14 +103,30 @@ func (s *ExecStream) Close() error {
 // lives until Close. A service that refuses to start the session (an
 // unknown user, a stopped container) answers an [*Error].
 func (c *Client) ExecStart(ctx context.Context, id string) (*ExecStream, error) {
-	const op = "exec start"
+	return c.upgrade(ctx, "exec start", "/exec/"+url.PathEscape(id)+"/start", []byte(`{"Detach":false,"Tty":false}`))
+}
+
+// ContainerAttach attaches to the stdin, stdout and stderr of container
+// id, on a connection dialed for it alone, as [Client.ExecStart] does:
+// reading the stream yields the multiplexed output, writing it feeds the
+// container's stdin. Attached before the container starts, it loses
+// nothing the container writes. Detach keys are off: every byte passes.
+func (c *Client) ContainerAttach(ctx context.Context, id string) (*ExecStream, error) {
+	q := url.Values{"stdin": {"true"}, "stdout": {"true"}, "stderr": {"true"}, "stream": {"true"}, "detachKeys": {""}}
+	return c.upgrade(ctx, "container attach", "/containers/"+url.PathEscape(id)+"/attach?"+q.Encode(), nil)
+}
+
+// upgrade POSTs body to path (with its query) on a connection of its own
+// and returns the raw stream that follows the service's upgrade. ctx
+// bounds the dial and the handshake only; the stream lives until Close.
+func (c *Client) upgrade(ctx context.Context, op, path string, body []byte) (*ExecStream, error) {
 	conn, err := c.conn.GetDialer(ctx)
 	if err != nil {
 		return nil, &Error{Op: op, Err: err}
 	}
 	// The handshake ends early when ctx does.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	s, err := c.execHandshake(ctx, conn, op, id)
+	s, err := c.handshake(ctx, conn, op, path, body)
 	if stop() && err == nil {
 		return s, nil
 	}
@@ -121,13 +137,14 @@ func (c *Client) ExecStart(ctx context.Context, id string) (*ExecStream, error) 
 	return nil, err
 }
 
-func (c *Client) execHandshake(ctx context.Context, conn net.Conn, op, id string) (*ExecStream, error) {
-	body := []byte(`{"Detach":false,"Tty":false}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpointURL("/exec/"+url.PathEscape(id)+"/start"), bytes.NewReader(body))
+func (c *Client) handshake(ctx context.Context, conn net.Conn, op, path string, body []byte) (*ExecStream, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpointURL(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, &Error{Op: op, Err: err}
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "tcp")
 	if err := req.Write(conn); err != nil {

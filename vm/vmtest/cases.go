@@ -392,6 +392,7 @@ func cases(h Harness) []testCase {
 	}
 	cases = append(cases, contractCases()...)
 	cases = append(cases, lifecycleCases(h)...)
+	cases = append(cases, trackedCases(h)...)
 	return append(cases, hardeningCases(h)...)
 }
 

@@ -89,7 +89,7 @@ func observe(label string, res *exec.Result, err error) observation {
 	o := observation{Label: label}
 	if res != nil {
 		r := *res
-		r.Duration = 0
+		r.Duration, r.Usage = 0, nil // they differ from run to run
 		o.Result = &r
 	}
 	if err != nil {
