@@ -469,3 +469,25 @@ func TestPoolConcurrentGets(t *testing.T) {
 	assert.Zero(t, p.Stats().InUse)
 	assert.False(t, errors.Is(p.Stats().LastErr, errBoom))
 }
+
+// Compile many seeds, each in a fresh sandbox, without waiting for
+// Podman to create each one.
+func ExampleNewPool() {
+	ctx := context.Background()
+	pool, err := vm.NewPool(vm.Config{Image: "localhost/podvm-test:latest"}, nil, vm.WithPoolSize(4))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close(context.Background())
+	for _, seed := range []string{"seed-1", "seed-2"} {
+		box, err := pool.Get(ctx) // ready at once when the pool is warm
+		if err != nil {
+			fmt.Println(err) // a failed create: errors.Is(err, vm.ErrUnavailable), ...
+			return
+		}
+		res, err := box.Run(ctx, exec.Command{Name: "make", Args: []string{seed}, Timeout: time.Minute})
+		box.Remove(ctx) // give it back: removed; the pool refills
+		fmt.Println(res, err)
+	}
+}
