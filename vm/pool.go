@@ -180,7 +180,8 @@ func (p *Pool) ID() string { return p.id }
 //
 // Remove the sandbox when done with it; it is the caller's to remove,
 // from any goroutine, as any [VM] (Create on it fails with
-// [ErrAlreadyCreated]).
+// [ErrAlreadyCreated]). It wraps the VM newVM made, so a type assertion
+// to *APIVM or *CLIVM fails.
 func (p *Pool) Get(ctx context.Context) (VM, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
