@@ -122,6 +122,7 @@ func run() int {
 		return 1
 	}
 	b.report(os.Stdout)
+	b.reportPool(os.Stdout)
 	if cleanupErr != nil {
 		fmt.Fprintln(os.Stderr, "bench: cleanup:", cleanupErr)
 		return 1
@@ -158,6 +159,7 @@ type bench struct {
 	mem                         []memRow
 	conc                        []concRow
 	leaks                       []string
+	pool                        []poolResult
 }
 
 type memRow struct {
@@ -173,7 +175,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency", "pool"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -225,7 +227,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		}
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency, b.pools}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue
