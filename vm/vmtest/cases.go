@@ -390,6 +390,7 @@ func Cases() []Case {
 		cases = append(cases, single("exit/"+strconv.Itoa(code), "a non-zero exit is data, never an error",
 			sh(`exit $1`, strconv.Itoa(code)), "", "", code))
 	}
+	cases = append(cases, FileCases()...)
 	return append(cases, hardeningCases()...)
 }
 
