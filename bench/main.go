@@ -155,6 +155,9 @@ type bench struct {
 	started time.Time
 
 	execRes, lifeRes, streamRes []*series
+	filesIn, filesOut           []*series // in files.go
+	treeFiles                   int
+	treeBytes                   int64
 	mem                         []memRow
 	conc                        []concRow
 	leaks                       []string
@@ -173,7 +176,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency", "files"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -225,7 +228,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		}
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency, b.files}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue
