@@ -156,6 +156,9 @@ type bench struct {
 	started time.Time
 
 	execRes, lifeRes, streamRes []*series
+	filesIn, filesOut           []*series // in files.go
+	treeFiles                   int
+	treeBytes                   int64
 	mem                         []memRow
 	conc                        []concRow
 	leaks                       []string
@@ -175,7 +178,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency", "pool"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency", "pool", "files"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -227,7 +230,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		}
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency, b.pools}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency, b.pools, b.files}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue

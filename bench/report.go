@@ -148,6 +148,9 @@ func (b *bench) report(w io.Writer) {
 	if len(b.conc) > 0 {
 		b.reportConcurrency(w)
 	}
+	if len(b.filesIn) > 0 {
+		b.reportFiles(w)
+	}
 	b.reportTargets(w)
 	b.reportNotes(w)
 }

@@ -119,21 +119,30 @@ func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	v, err := vm.New(ctx, vm.Config{Image: env.Image}, vm.WithURL(svc.uri))
-	require.NoError(t, err)
-	require.NoError(t, v.Create(ctx))
-	// Through the project's service: ours may be down.
-	defer podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", v.ID())
+	// Through the agent (the stream is the service's attach: the sandbox
+	// ends with it) and through Podman exec (each Run a request).
 	hello := exec.Command{Name: "echo", Args: []string{"hello"}}
-	res, err := v.Run(ctx, hello)
-	require.NoError(t, err)
-	require.Equal(t, "hello\n", res.Stdout)
+	var boxes []vm.VM
+	for _, podmanExec := range []bool{false, true} {
+		v, err := vm.New(ctx, vm.Config{Image: env.Image, PodmanExec: podmanExec}, vm.WithURL(svc.uri))
+		require.NoError(t, err)
+		require.NoError(t, v.Create(ctx))
+		// Through the project's service: ours may be down.
+		defer podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", v.ID())
+		res, err := v.Run(ctx, hello)
+		require.NoError(t, err)
+		require.Equal(t, "hello\n", res.Stdout)
+		boxes = append(boxes, v)
+	}
+	agentBox, v := boxes[0], boxes[1]
 
 	svc.stop()
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = v.Run(rctx, hello)
-	rcancel()
-	require.ErrorIs(t, err, vm.ErrUnavailable, "a dead service is ErrUnavailable, not a hang")
+	for _, b := range boxes {
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := b.Run(rctx, hello)
+		rcancel()
+		require.ErrorIs(t, err, vm.ErrUnavailable, "a dead service is ErrUnavailable, not a hang")
+	}
 
 	// Down: New falls back to the CLI, talking to Podman directly.
 	t.Setenv("CONTAINER_HOST", svc.uri)
@@ -144,7 +153,7 @@ func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	assert.IsType(t, &vm.CLIVM{}, fallback, log.String())
 	require.NoError(t, fallback.Create(ctx))
 	defer fallback.Remove(context.Background())
-	res, err = fallback.Run(ctx, hello)
+	res, err := fallback.Run(ctx, hello)
 	require.NoError(t, err)
 	assert.Equal(t, "hello\n", res.Stdout)
 
@@ -152,7 +161,10 @@ func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	res, err = v.Run(ctx, hello)
 	require.NoError(t, err, "the service is back")
 	assert.Equal(t, "hello\n", res.Stdout)
+	_, err = agentBox.Run(ctx, hello)
+	assert.ErrorIs(t, err, vm.ErrContainerNotRunning, "the agent's sandbox ended with its stream, and says so")
 	require.NoError(t, v.Remove(ctx))
+	require.NoError(t, agentBox.Remove(ctx))
 }
 
 // crashEnv makes the test binary create a sandbox and die without removing

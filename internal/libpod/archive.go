@@ -44,7 +44,8 @@ func (c *Client) ArchiveStat(ctx context.Context, id, path string) (PathStat, er
 // id, streaming it: r is read as the request is sent.
 func (c *Client) ArchivePut(ctx context.Context, id, path string, r io.Reader) error {
 	return c.call(ctx, request{op: "archive put", method: http.MethodPut, path: "/containers/%s/archive", args: []string{id},
-		query: url.Values{"path": {path}}, body: r, header: http.Header{"Content-Type": {"application/x-tar"}}})
+		// Like podman cp: a directory is never replaced by a file.
+		query: url.Values{"path": {path}, "noOverwriteDirNonDir": {"true"}}, body: r, header: http.Header{"Content-Type": {"application/x-tar"}}})
 }
 
 // ArchiveGet returns path of container id as a tar stream, entries named

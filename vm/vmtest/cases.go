@@ -393,6 +393,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, contractCases()...)
 	cases = append(cases, lifecycleCases(h)...)
 	cases = append(cases, trackedCases(h)...)
+	cases = append(cases, fileCases()...)
 	return append(cases, hardeningCases(h)...)
 }
 

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/podvm/podvm/vm"
+)
+
+// The tree the files comparison copies in and out: a source tree's shape
+// (ten directories), incompressible contents.
+const (
+	treeFiles, treeBytes           = 1000, 100 << 20
+	quickTreeFiles, quickTreeBytes = 100, 10 << 20
+	treeDest                       = "/tmp/bench-tree" // in each sandbox
+)
+
+// nameCp is the row of `podman cp`, both ways.
+const nameCp = "`podman cp` (a process)"
+
+// files copies the same host tree into each sandbox and out again to a
+// fresh host directory: podvm's CopyDirIn and CopyDirOut on each backend
+// against `podman cp` on the reference sandbox. Each way is its own
+// round-robin; every alternative copies into the same sandbox path each
+// time (overwriting), and out to a new host directory that it removes
+// afterwards, inside its timing.
+func (b *bench) files(ctx context.Context) error {
+	b.treeFiles, b.treeBytes = treeFiles, int64(treeBytes)
+	if b.quick {
+		b.treeFiles, b.treeBytes = quickTreeFiles, quickTreeBytes
+	}
+	src, err := os.MkdirTemp("", "podvm-bench-tree-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(src)
+	out, err := os.MkdirTemp("", "podvm-bench-out-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(out)
+	progress("files: making the tree")
+	if err := makeTree(src, b.treeFiles, b.treeBytes); err != nil {
+		return err
+	}
+
+	in := append(b.vmAlts(func(v vm.VM) op {
+		return func(ctx context.Context) error { return vm.CopyDirIn(ctx, v, src, treeDest) }
+	}), alt{name: nameCp, op: func(ctx context.Context) error {
+		_, err := b.p.output(ctx, "cp", src+"/.", b.base+":"+treeDest)
+		return err
+	}})
+	if b.filesIn, err = measure(ctx, "files in", in, 1, b.sz.stream, b.sz.budget); err != nil {
+		return err
+	}
+
+	var n atomic.Int64
+	// fresh runs copy into a new host directory, checks what came out and
+	// removes it.
+	fresh := func(copyTo func(ctx context.Context, dst string) error) op {
+		return func(ctx context.Context) error {
+			dst := filepath.Join(out, strconv.FormatInt(n.Add(1), 10))
+			defer os.RemoveAll(dst)
+			if err := copyTo(ctx, dst); err != nil {
+				return err
+			}
+			return checkTree(dst, b.treeFiles, b.treeBytes)
+		}
+	}
+	outAlts := append(b.vmAlts(func(v vm.VM) op {
+		return fresh(func(ctx context.Context, dst string) error { return vm.CopyDirOut(ctx, v, treeDest, dst) })
+	}), alt{name: nameCp, op: fresh(func(ctx context.Context, dst string) error {
+		_, err := b.p.output(ctx, "cp", b.base+":"+treeDest, dst)
+		return err
+	})})
+	b.filesOut, err = measure(ctx, "files out", outAlts, 1, b.sz.stream, b.sz.budget)
+	return err
+}
+
+// makeTree writes files files of random bytes, size bytes in all, in ten
+// directories under dir.
+func makeTree(dir string, files int, size int64) error {
+	buf := make([]byte, size/int64(files))
+	for i := range files {
+		sub := filepath.Join(dir, "pkg"+strconv.Itoa(i%10))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			return err
+		}
+		_, _ = rand.Read(buf)
+		if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("file%04d.dat", i)), buf, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTree fails unless dir holds files regular files of size bytes in
+// all (rounded down to whole files, as makeTree writes them).
+func checkTree(dir string, files int, size int64) error {
+	var n int
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		n++
+		if err == nil {
+			total += fi.Size()
+		}
+		return err
+	})
+	if want := size / int64(files) * int64(files); err == nil && (n != files || total != want) {
+		err = fmt.Errorf("copied out %d files, %d bytes; want %d files, %d bytes", n, total, files, want)
+	}
+	return err
+}
+
+func (b *bench) reportFiles(w io.Writer) {
+	fmt.Fprintf(w, "\n**Files**: a tree of %d files in 10 directories, %s, into a sandbox and out to a new host directory (removed afterwards, inside the timing); %s\n\n",
+		b.treeFiles, mib(b.treeBytes), runs(append(b.filesIn, b.filesOut...)))
+	fmt.Fprintln(w, "| how | in p50 | in MiB/s | in vs `podman cp` | out p50 | out MiB/s | out vs `podman cp` | failures |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
+	cell := func(ss []*series, s *series) string {
+		if !s.ok() {
+			return fmt.Sprintf("%s | | ", skipped(s))
+		}
+		vs := "–"
+		if ref := find(ss, nameCp); ref != nil {
+			vs = ratio(float64(s.p50()), float64(ref.p50()))
+		}
+		return fmt.Sprintf("%s | %.0f | %s", ms(s.p50()), mibps(b.treeBytes, s.p50()), vs)
+	}
+	for i, s := range b.filesIn {
+		o := b.filesOut[i]
+		fmt.Fprintf(w, "| %s | %s | %s | in %s, out %s |\n", s.name, cell(b.filesIn, s), cell(b.filesOut, o), failures(s), failures(o))
+	}
+}

@@ -1,0 +1,129 @@
+package vm_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/vm"
+	"github.com/podvm/podvm/vm/vmtest"
+)
+
+// The suite over tcp://, a service the host's disk does not reach in
+// podvm's eyes: the agent gets in as an image imported through the
+// service, its channel is the service's attach, and no bind mount of the
+// caller's disk is involved.
+func TestConformanceAPITCP(t *testing.T) {
+	env := podmantest.Need(t)
+	podmantest.NeedBinary(t, "podman") // to run a service of its own
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	env.Host = startService(t, fmt.Sprintf("tcp://127.0.0.1:%d", port)).uri
+	vmtest.Run(t, apiHarness(env, false))
+}
+
+// podvm's own remote CLI path: 16 concurrent Runs through one
+// podman-remote attach, in rounds, every output whole (podman-remote's
+// exec loses some: containers/podman#25855).
+func TestCLIRemoteConcurrentRuns(t *testing.T) {
+	env := podmantest.Need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v, err := vm.NewCLIVM(vm.Config{Image: env.Image}, nil, vm.WithURL(env.Host), vm.WithPodman(env.Podman))
+	require.NoError(t, err)
+	require.NoError(t, v.Create(ctx))
+	defer v.Remove(context.Background())
+	for round := range 8 {
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				word := fmt.Sprintf("round %d run %d", round, i)
+				res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{word}})
+				if assert.NoError(t, err) {
+					assert.Equal(t, word+"\n", res.Stdout, "lost or mixed output")
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// 2,000 sequential and 64-way concurrent Runs on one sandbox leave no
+// host file descriptor, no goroutine and no sandbox process behind. Not
+// parallel: it counts the process's goroutines and descriptors.
+func TestAgentRunsLeakNothing(t *testing.T) {
+	env := podmantest.Need(t)
+	for name, h := range map[string]vmtest.Harness{"api": apiHarness(env, false), "cli": cliHarness(env, false)} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			v, err := h.NewVM(t, vm.Config{})
+			require.NoError(t, err)
+			require.NoError(t, v.Create(ctx))
+			defer v.Remove(context.Background())
+			_, err = v.Run(ctx, exec.Command{Name: "true"}) // warm
+			require.NoError(t, err)
+			fds, goroutines := openFDs(t), runtime.NumGoroutine()
+			for i := range 2000 {
+				res, err := v.Run(ctx, exec.Command{Name: "true"})
+				require.NoError(t, err, "run %d", i)
+				require.Equal(t, 0, res.ExitCode)
+			}
+			var wg sync.WaitGroup
+			for i := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{strconv.Itoa(i)}})
+					if assert.NoError(t, err) {
+						assert.Equal(t, strconv.Itoa(i)+"\n", res.Stdout)
+					}
+				}()
+			}
+			wg.Wait()
+			settle(t, func() bool { return runtime.NumGoroutine() <= goroutines+2 && openFDs(t) <= fds+2 },
+				func() string {
+					return fmt.Sprintf("goroutines %d -> %d, fds %d -> %d", goroutines, runtime.NumGoroutine(), fds, openFDs(t))
+				})
+			ps, err := v.Run(ctx, exec.Command{Name: "ps", Args: []string{"-o", "pid,args"}})
+			require.NoError(t, err)
+			lines := strings.Split(strings.TrimSpace(ps.Stdout), "\n")
+			// The header, the agent, at most a few idle shims, and ps.
+			assert.LessOrEqual(t, len(lines), 12, "processes left in the sandbox:\n%s", ps.Stdout)
+			assert.NotContains(t, ps.Stdout, "echo", "runs left processes:\n%s", ps.Stdout)
+		})
+	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// settle waits up to 10 s for ok, then fails with what says.
+func settle(t *testing.T, ok func() bool, says func() string) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !ok(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Errorf("leaked: %s", says())
+			return
+		}
+	}
+}

@@ -1,0 +1,534 @@
+package vm
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/internal/targuard"
+)
+
+// The file calls: [WriteFile], [WriteFileFrom], [ReadFile], [ReadDir],
+// [CopyDirIn] and [CopyDirOut] work on any [VM], the tar streams of its
+// CopyIn and CopyOut carrying the files, unless the VM serves some of them
+// itself ([FileServer]). Paths in the sandbox are absolute; whatever
+// the sandbox sends is checked as the tar guard checks it ([ErrUnsafeArchive]).
+//
+// Errors, besides those of the VM ([ErrNotCreated], [ErrRemoved],
+// [ErrNoSuchContainer], ...): a missing path matches [fs.ErrNotExist]; an
+// invalid argument (a relative sandbox path, a mode with a file type)
+// matches [fs.ErrInvalid]; a file over ReadFile's cap matches
+// [ErrFileTooLarge].
+
+// ErrFileTooLarge: [ReadFile] found a file larger than its cap. The error
+// names the file's size and the cap.
+var ErrFileTooLarge = errors.New("vm: file too large")
+
+// FileInfo describes one entry of a sandbox directory, as [ReadDir] lists
+// it.
+type FileInfo struct {
+	// Name is the entry's base name.
+	Name string
+	// Size is a regular file's length in bytes; 0 for other entries. A
+	// hard link lists as a regular file whose Size is its target's when
+	// the target is in the same directory, else 0.
+	Size int64
+	// Mode holds the type bits ([fs.ModeDir], [fs.ModeSymlink], ...) and
+	// the permissions, setuid, setgid and sticky bits, as in io/fs.
+	Mode fs.FileMode
+	// ModTime is the modification time, to the second.
+	ModTime time.Time
+	// Link is a symlink's target, as stored (it may not exist); "" for
+	// other entries.
+	Link string
+}
+
+// FileServer is implemented by a [VM] that serves file calls natively,
+// without a tar stream (a backend with an agent in the sandbox, say).
+// [WriteFile], [WriteFileFrom], [ReadFile] and [ReadDir] check their
+// arguments, then, when the VM is a FileServer, call it, with the sandbox
+// path cleaned and absolute. A method that returns an error matching
+// [ErrNotSupported] (before reading r, for WriteFile) sends the call
+// through the VM's tar streams instead. Each method keeps the promises,
+// errors included, of the function of the same name.
+type FileServer interface {
+	// WriteFile writes size bytes of r (all of r when size is -1).
+	WriteFile(ctx context.Context, path string, r io.Reader, size int64, perm fs.FileMode) error
+	ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error)
+	ReadDir(ctx context.Context, dir string) ([]FileInfo, error)
+}
+
+// WriteFile writes data to the file name of the sandbox, creating it with
+// perm (permission bits, and setuid, setgid or sticky), or replacing it,
+// as [os.WriteFile] does; the file is owned by the sandbox's user. Its
+// directory must exist, else the error matches [fs.ErrNotExist]. When
+// WriteFile fails, the file may exist with part of data.
+func WriteFile(ctx context.Context, v VM, name string, data []byte, perm fs.FileMode) error {
+	return WriteFileFrom(ctx, v, name, bytes.NewReader(data), int64(len(data)), perm)
+}
+
+// WriteFileFrom is [WriteFile] with the file's content read from r: size
+// bytes, or, when size is -1, all of r. A tar entry states its size before
+// its content, so a content of unknown size is first spooled to a
+// temporary file on the host (in [os.TempDir]), removed before
+// WriteFileFrom returns. A r that ends before size bytes, or holds more,
+// fails the write.
+func WriteFileFrom(ctx context.Context, v VM, name string, r io.Reader, size int64, perm fs.FileMode) error {
+	const op = "write file"
+	p, err := cleanFile(op, name)
+	if err != nil {
+		return err
+	}
+	if perm&^(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return fmt.Errorf("vm: %s %s: %w: mode %v is not permission bits", op, p, fs.ErrInvalid, perm)
+	}
+	if size < -1 {
+		return fmt.Errorf("vm: %s %s: %w: size %d", op, p, fs.ErrInvalid, size)
+	}
+	if fsrv, ok := v.(FileServer); ok {
+		if err := fsrv.WriteFile(ctx, p, r, size, perm); !errors.Is(err, ErrNotSupported) {
+			return err
+		}
+	}
+	if size == -1 {
+		spool, n, err := spoolTemp(r)
+		if err != nil {
+			return fmt.Errorf("vm: %s %s: spooling the content: %w", op, p, err)
+		}
+		defer os.Remove(spool.Name())
+		defer spool.Close()
+		r, size = spool, n
+	}
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: path.Base(p), Mode: tarMode(perm), Size: size, ModTime: time.Now()}
+	return copyIn(ctx, v, op, p, path.Dir(p), func(tw *tar.Writer) error {
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		return copyExactly(tw, r, size)
+	})
+}
+
+// spoolTemp copies r to a new temporary file, rewound, and its size.
+func spoolTemp(r io.Reader) (*os.File, int64, error) {
+	f, err := os.CreateTemp("", "podvm-write-*")
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := io.Copy(f, r)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, 0, err
+	}
+	return f, n, nil
+}
+
+// copyExactly copies size bytes of r to w and fails when r holds fewer
+// or more.
+func copyExactly(w io.Writer, r io.Reader, size int64) error {
+	n, err := io.CopyN(w, r, size)
+	switch {
+	case err == io.EOF:
+		return fmt.Errorf("the content ended after %d of its %d bytes", n, size)
+	case err != nil:
+		return err
+	}
+	if m, _ := r.Read(make([]byte, 1)); m > 0 {
+		return fmt.Errorf("the content holds more than its %d bytes", size)
+	}
+	return nil
+}
+
+// ReadFile returns the content of the file name of the sandbox, following
+// symlinks, as [os.ReadFile] does. A file larger than maxBytes (0 allows
+// only empty files) is not read: the error names its size and matches
+// [ErrFileTooLarge]. A missing path matches [fs.ErrNotExist]; a directory
+// or a special file is an error.
+func ReadFile(ctx context.Context, v VM, name string, maxBytes int64) ([]byte, error) {
+	const op = "read file"
+	p, err := cleanFile(op, name)
+	if err != nil {
+		return nil, err
+	}
+	if maxBytes < 0 {
+		return nil, fmt.Errorf("vm: %s %s: %w: maxBytes %d", op, p, fs.ErrInvalid, maxBytes)
+	}
+	if fsrv, ok := v.(FileServer); ok {
+		if data, err := fsrv.ReadFile(ctx, p, maxBytes); !errors.Is(err, ErrNotSupported) {
+			return data, err
+		}
+	}
+	var data []byte
+	err = walkOut(ctx, v, op, p, func(h *tar.Header, r io.Reader) error {
+		switch {
+		case h.Name != ".":
+			return nil // nothing but p is expected
+		case h.Typeflag == tar.TypeDir:
+			return fmt.Errorf("vm: %s %s: is a directory", op, p)
+		case h.Typeflag != tar.TypeReg:
+			return fmt.Errorf("vm: %s %s: not a regular file (%v)", op, p, h.FileInfo().Mode().Type())
+		case h.Size > maxBytes:
+			return fmt.Errorf("vm: %s %s: %d bytes, over the cap of %d: %w", op, p, h.Size, maxBytes, ErrFileTooLarge)
+		}
+		var err error
+		data, err = io.ReadAll(r)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// ReadDir lists the directory dir of the sandbox, following symlinks to
+// it, sorted by name, as [os.ReadDir] does. A missing dir matches
+// [fs.ErrNotExist]; a file is an error. Through the tar stream of
+// CopyOut the whole tree beneath dir travels, contents included, and is
+// read and dropped: only dir's own entries are kept in memory; and a
+// tree holding an entry that the VM's tar guard refuses (a symlink to an
+// absolute path, say) cannot be listed: the error matches
+// [ErrUnsafeArchive]. A VM that is a [FileServer] may do better.
+func ReadDir(ctx context.Context, v VM, dir string) ([]FileInfo, error) {
+	const op = "read dir"
+	p, err := cleanFile(op, dir)
+	if err != nil {
+		return nil, err
+	}
+	if fsrv, ok := v.(FileServer); ok {
+		if list, err := fsrv.ReadDir(ctx, p); !errors.Is(err, ErrNotSupported) {
+			return list, err
+		}
+	}
+	var list []FileInfo
+	sizes := map[string]int64{} // of the regular files listed, for hard links
+	err = walkOut(ctx, v, op, p, func(h *tar.Header, _ io.Reader) error {
+		switch {
+		case h.Name == ".":
+			if h.Typeflag != tar.TypeDir {
+				return fmt.Errorf("vm: %s %s: not a directory", op, p)
+			}
+			return nil
+		case strings.Contains(h.Name, "/"):
+			return nil // deeper down
+		}
+		fi := FileInfo{Name: h.Name, Mode: h.FileInfo().Mode(), ModTime: h.ModTime}
+		switch h.Typeflag {
+		case tar.TypeReg:
+			fi.Size = h.Size
+			sizes[h.Name] = h.Size
+		case tar.TypeSymlink:
+			fi.Link = h.Linkname
+		case tar.TypeLink:
+			fi.Mode &^= fs.ModeType
+			fi.Size = sizes[h.Linkname] // relative to dir by now, or absent
+		}
+		list = append(list, fi)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list, func(a, b FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	return list, nil
+}
+
+// CopyDirIn copies the tree of the host directory hostDir into the
+// directory sandboxDir of the sandbox: directories, regular files and
+// symlinks, with their permission, setuid, setgid and sticky bits and
+// their modification times, owned by the sandbox's user. sandboxDir is
+// created when missing (its parent must exist) and takes hostDir's mode;
+// what it holds already stays unless the copy replaces it. Symlinks are
+// copied as symlinks, never followed; like the tar guard, CopyDirIn
+// refuses, with [ErrUnsafeArchive], a symlink that is absolute or leads
+// out of hostDir, and devices, fifos and sockets. Hard-linked files are
+// copied as separate files. A file that shrinks while it is copied fails
+// the copy. When CopyDirIn fails, part of the tree may have been copied.
+func CopyDirIn(ctx context.Context, v VM, hostDir, sandboxDir string) error {
+	const op = "copy dir in"
+	p, err := cleanPath(op, sandboxDir)
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(hostDir)
+	if err != nil {
+		return fmt.Errorf("vm: %s: %w", op, err)
+	}
+	defer root.Close()
+	// Entries are named relative to p's parent, p's own first; into "/"
+	// they are named relative to it, and "/" keeps its mode.
+	dest, prefix := path.Dir(p), path.Base(p)
+	if p == "/" {
+		dest, prefix = "/", ""
+	}
+	return copyIn(ctx, v, op, p, dest, func(tw *tar.Writer) error {
+		return writeTree(tw, root, prefix)
+	})
+}
+
+// CopyDirOut copies the tree of the directory sandboxDir of the sandbox
+// (following a symlink that sandboxDir itself is) into the host
+// directory hostDir, which is created, with sandboxDir's mode, when
+// missing. It copies directories, regular files, symlinks (as symlinks)
+// and hard links within the tree, with their permission bits and
+// modification times; setuid, setgid and sticky bits are dropped, and
+// the files are owned by the calling user. Nothing is written outside
+// hostDir, whatever the sandbox's tree holds: every entry is checked as
+// the tar guard checks it, relative to hostDir, and written through an
+// [os.Root]; an entry that is refused (a symlink leading out of the tree,
+// a device, a fifo, a socket) fails the copy with an error matching
+// [ErrUnsafeArchive] and naming it. CopyDirOut merges into directories
+// that exist (keeping their modes) and never replaces a file: one that
+// exists fails the copy with an error matching [fs.ErrExist], as
+// [os.CopyFS] does. When CopyDirOut fails, part of the tree may have been
+// written.
+func CopyDirOut(ctx context.Context, v VM, sandboxDir, hostDir string) error {
+	const op = "copy dir out"
+	p, err := cleanFile(op, sandboxDir)
+	if err != nil {
+		return err
+	}
+	x := &extractor{dir: hostDir}
+	defer x.close()
+	err = walkOut(ctx, v, op, p, func(h *tar.Header, r io.Reader) error {
+		if h.Name == "." && h.Typeflag != tar.TypeDir {
+			return fmt.Errorf("vm: %s %s: not a directory", op, p)
+		}
+		return x.entry(h, r)
+	})
+	if err == nil {
+		err = x.finish()
+	}
+	return err
+}
+
+// sandboxFile cleans p, an absolute path in the sandbox other than "/".
+// For "/" it returns "/" and an error.
+func cleanFile(op, p string) (string, error) {
+	c, err := cleanPath(op, p)
+	if err == nil && c == "/" {
+		return c, fmt.Errorf("vm: %s %q: %w: want a path below /", op, p, fs.ErrInvalid)
+	}
+	return c, err
+}
+
+// cleanPath cleans p, which must be an absolute path in the sandbox,
+// without NUL bytes.
+func cleanPath(op, p string) (string, error) {
+	if !path.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("vm: %s %q: %w: want an absolute path in the sandbox", op, p, fs.ErrInvalid)
+	}
+	return path.Clean(p), nil
+}
+
+// tarMode is the tar header mode of perm's permission and special bits.
+func tarMode(perm fs.FileMode) int64 {
+	m := int64(perm.Perm())
+	for _, b := range []struct {
+		fs  fs.FileMode
+		tar int64
+	}{{fs.ModeSetuid, 0o4000}, {fs.ModeSetgid, 0o2000}, {fs.ModeSticky, 0o1000}} {
+		if perm&b.fs != 0 {
+			m |= b.tar
+		}
+	}
+	return m
+}
+
+// notExistMessages are the backends' messages for a sandbox path that is
+// missing: CopyOut's (the socket's 404 and `podman cp`'s), and CopyIn's
+// for a destination directory that is missing (the socket backend's) or
+// missing or not a directory (`podman cp` cannot tell which).
+var notExistMessages = regexp.MustCompile(`no such file or directory|no such directory in the sandbox|destination must be a directory when copying from stdin`)
+
+// fileError returns err, a VM's error for a copy of p, made to match
+// [fs.ErrNotExist] as well when it says that a path is missing.
+func fileError(op, p string, err error) error {
+	if errors.Is(err, ErrPodman) && notExistMessages.MatchString(err.Error()) {
+		return fmt.Errorf("vm: %s %s: %w: %w", op, p, fs.ErrNotExist, err)
+	}
+	return err
+}
+
+// errStreamEnded closes the pipe of a copy that ended before its stream.
+var errStreamEnded = errors.New("vm: the copy ended before its tar stream")
+
+// copyIn streams the tar archive that write makes into directory dir of
+// the sandbox, for the call op on p. write's errors come first: a VM
+// that failed because its reader did says less.
+func copyIn(ctx context.Context, v VM, op, p, dir string, write func(*tar.Writer) error) error {
+	pr, pw := io.Pipe()
+	wrote := make(chan error, 1)
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := write(tw)
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+		wrote <- err
+	}()
+	err := v.CopyIn(ctx, dir, pr)
+	pr.CloseWithError(errStreamEnded)
+	werr := <-wrote
+	switch {
+	case werr != nil && !errors.Is(werr, errStreamEnded):
+		if errors.Is(werr, ErrUnsafeArchive) {
+			return werr // it names the entry and says why already
+		}
+		return fmt.Errorf("vm: %s %s: %w", op, p, werr)
+	case err != nil:
+		return fileError(op, p, err)
+	case werr != nil:
+		return fmt.Errorf("vm: %s %s: CopyIn returned before reading the whole archive", op, p)
+	}
+	return nil
+}
+
+// walkOut streams CopyOut of p and calls fn for each entry in order, its
+// names made relative to p as [walkTar] does, having checked it as the
+// tar guard does. The root of the archive is its first entry,
+// whatever its name (a backend that follows a symlink may name it after
+// the target); an entry outside it is refused. When p is a symlink that
+// CopyOut sends as one, walkOut follows it, as the system would, up to 40
+// times. An error of fn ends the copy and is returned as it is.
+func walkOut(ctx context.Context, v VM, op, p string, fn func(h *tar.Header, r io.Reader) error) error {
+	for range 40 {
+		var link string
+		err := walkOnce(ctx, v, op, p, func(h *tar.Header, r io.Reader) error {
+			if h.Name == "." && h.Typeflag == tar.TypeSymlink {
+				link = h.Linkname
+				return errFollow
+			}
+			return fn(h, r)
+		})
+		if err != errFollow {
+			return err
+		}
+		if !path.IsAbs(link) {
+			link = path.Join(path.Dir(p), link)
+		}
+		p = path.Clean(link)
+	}
+	return fmt.Errorf("vm: %s %s: too many levels of symbolic links", op, p)
+}
+
+// errFollow stops a walk that found its root to be a symlink.
+var errFollow = errors.New("vm: follow the symlink")
+
+// callbackError marks an error of walkOnce's callback, which ends the
+// copy and is returned as it is.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+
+func walkOnce(ctx context.Context, v VM, op, p string, fn func(h *tar.Header, r io.Reader) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		err := v.CopyOut(ctx, p, pw)
+		pw.CloseWithError(err)
+		copied <- err
+	}()
+	err := walkTar(pr, func(h *tar.Header, r io.Reader) error {
+		if err := fn(h, r); err != nil {
+			return callbackError{err}
+		}
+		return nil
+	})
+	if err == nil {
+		_, err = io.Copy(io.Discard, pr) // the padding after the trailer
+	}
+	if err != nil {
+		cancel()
+		pr.CloseWithError(err)
+	}
+	cerr := <-copied
+	var cb callbackError
+	switch {
+	case errors.As(err, &cb):
+		return cb.err
+	case cerr != nil:
+		return fileError(op, p, cerr)
+	case err != nil:
+		return fmt.Errorf("vm: %s %s: %w", op, p, err)
+	}
+	return nil
+}
+
+// walkTar reads the tar stream r and calls fn for each entry, its Name,
+// and a hard link's Linkname, made relative to the archive's root, its
+// first entry ("." for the root itself). Each entry is first checked as
+// the tar guard checks it, under its own name; an entry outside the root
+// is refused with [ErrUnsafeArchive]. Global pax headers are skipped.
+func walkTar(r io.Reader, fn func(h *tar.Header, r io.Reader) error) error {
+	tr := tar.NewReader(r)
+	links := map[string]bool{}
+	root := ""
+	for {
+		h, err := tr.Next()
+		switch {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading the tar stream: %w", err)
+		case h.Typeflag == tar.TypeXGlobalHeader:
+			continue
+		}
+		name := path.Clean(h.Name)
+		if root == "" && h.Typeflag == tar.TypeSymlink && name != ".." && !strings.Contains(name, "/") {
+			// The copied path is a symlink, sent as one: nothing is
+			// written where it points, the caller may follow it.
+			h.Name = "."
+			if err := fn(h, tr); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := targuard.Check(h, links); err != nil {
+			return err
+		}
+		if root == "" {
+			root, _, _ = strings.Cut(name, "/")
+		}
+		rel, ok := relTo(root, name)
+		if !ok {
+			return fmt.Errorf("%w %q: outside the copied path %q", ErrUnsafeArchive, h.Name, root)
+		}
+		if h.Typeflag == tar.TypeLink {
+			target, ok := relTo(root, path.Clean(h.Linkname))
+			if !ok {
+				return fmt.Errorf("%w %q: hard link to %q, outside the copied path %q", ErrUnsafeArchive, h.Name, h.Linkname, root)
+			}
+			h.Linkname = target
+		}
+		h.Name = rel
+		if err := fn(h, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// relTo returns the cleaned path name relative to root, and whether it
+// is root or beneath it.
+func relTo(root, name string) (string, bool) {
+	if name == root {
+		return ".", true
+	}
+	rel, ok := strings.CutPrefix(name, root+"/")
+	return rel, ok && root != "."
+}
