@@ -409,3 +409,18 @@ func TestErrUnsupported(t *testing.T) {
 	require.ErrorIs(t, err, errors.ErrUnsupported, "the standard library's sentinel matches too")
 	assert.Equal(t, "exec: not supported here: true: MaxPids needs the cgroup containment; this executor's is process-group", err.Error())
 }
+
+// The command cannot reach its helper's control socket (it could forge
+// its own exit status).
+func TestRunInheritsOnlyStdio(t *testing.T) {
+	t.Parallel()
+	for _, c := range strict(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := c.x.Run(context.Background(), exec.Command{Name: "ls", Args: []string{"-l", "/proc/self/fd/"}})
+			require.NoError(t, err)
+			assert.Contains(t, res.Stdout, "pipe:", "the listing works")
+			assert.NotContains(t, res.Stdout, "socket:")
+		})
+	}
+}

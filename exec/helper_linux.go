@@ -133,7 +133,7 @@ func startHelper(cmd Command, env []string, files stdio, cg *cgroup.Run) (proc, 
 	c := &osexec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{helperArg0},
-		Env:        append(os.Environ(), helperEnv+"=1"),
+		Env:        helperEnviron(),
 		Stdout:     files.out,
 		Stderr:     files.err,
 		ExtraFiles: []*os.File{theirs},
@@ -167,6 +167,17 @@ func startHelper(cmd Command, env []string, files stdio, cg *cgroup.Run) (proc, 
 		return nil, startError(cmd.Name, &os.PathError{Op: "fork/exec", Path: resolved.Path, Err: syscall.Errno(m[1])})
 	}
 	return p, nil
+}
+
+// helperEnviron is the helper's environment: the program's own, so that
+// its initialisation sees what it expects, plus the marker.
+func helperEnviron() []string {
+	// A build with the race detector otherwise sleeps 1 s at exit.
+	race := "atexit_sleep_ms=0"
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		race = v + " " + race
+	}
+	return append(os.Environ(), "GORACE="+race, helperEnv+"=1")
 }
 
 // abort ends a helper whose command did not start.
@@ -209,6 +220,7 @@ func (p *helperProc) end() (outcome, error) {
 // command's whole tree when the command exits or when the control socket
 // asks (a byte) or closes (the caller is gone).
 func subreaperMain() int {
+	syscall.CloseOnExec(helperFD) // the command must not reach the control socket
 	ctl := os.NewFile(helperFD, helperArg0)
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "exec: subreaper helper: %v\n", err)
