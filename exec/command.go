@@ -206,14 +206,23 @@ type Result struct {
 
 // Usage is the resource usage of one run, as the kernel counted it. Both
 // the host executor and the sandbox agent report it in this form.
+//
+// For [CommandExecutor], by [Containment]: under ContainCgroup, CPU times
+// come from the run cgroup's cpu.stat (every process of the tree, killed
+// leftovers included) and PeakRSS from its memory.peak where the cgroup
+// has the memory controller (Linux 5.19+), else from rusage as below;
+// under ContainSubreaper, from the helper's RUSAGE_CHILDREN once it has
+// reaped the whole tree (every process of the tree; PeakRSS of the
+// largest one); under ContainProcessGroup, from the rusage of the waited
+// command (itself and the descendants it waited for).
 type Usage struct {
 	// UserCPU and SystemCPU are the CPU time spent in user and kernel
 	// mode by the run's processes: the whole tree where the run was
-	// contained (a cgroup, or the agent's subreaper), else the command
-	// and the descendants it waited for.
+	// contained (a cgroup, or a subreaper), else the command and the
+	// descendants it waited for.
 	UserCPU, SystemCPU time.Duration
 	// PeakRSS is the peak resident memory in bytes: of the run's cgroup
-	// as a whole where there is one, else of its largest single process.
+	// as a whole where it is measured, else of its largest single process.
 	PeakRSS int64
 }
 

@@ -171,17 +171,37 @@ func (e *CommandExecutor) cgroupParentDir() string {
 	return e.parent.Dir()
 }
 
-// start starts cmd under the executor's containment, with the given
-// environment (nil: the calling process's) and standard files.
-func (e *CommandExecutor) start(cmd Command, env []string, files stdio) (proc, error) {
-	var cg *cgroup.Run
-	if e.mode == ContainCgroup {
-		var err error
-		cg, err = e.parent.New(cgroup.Limits{MemoryBytes: cmd.MaxMemoryBytes, Pids: int64(cmd.MaxPids)})
-		if err != nil {
-			return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
-		}
+// newCgroup starts creating the run's cgroup, where the containment has
+// one, while Run prepares the rest (the kernel's mkdir of a cgroup takes
+// about as long as making the two pipes). The returned function waits for
+// it; it must be called once.
+func (e *CommandExecutor) newCgroup(cmd Command) func() (*cgroup.Run, error) {
+	if e.mode != ContainCgroup {
+		return func() (*cgroup.Run, error) { return nil, nil }
 	}
+	type made struct {
+		cg  *cgroup.Run
+		err error
+	}
+	ch := make(chan made, 1)
+	go func() {
+		cg, err := e.parent.New(cgroup.Limits{MemoryBytes: cmd.MaxMemoryBytes, Pids: int64(cmd.MaxPids)})
+		ch <- made{cg, err}
+	}()
+	return func() (*cgroup.Run, error) {
+		m := <-ch
+		if m.err != nil {
+			return nil, fmt.Errorf("exec: %s: %w", cmd.Name, m.err)
+		}
+		return m.cg, nil
+	}
+}
+
+// start starts cmd under the executor's containment, in the cgroup that
+// newCgroup made (none without the cgroup containment), with the given
+// environment (nil: the calling process's) and standard files. The
+// cgroup is removed when the start fails.
+func (e *CommandExecutor) start(cmd Command, env []string, files stdio, cg *cgroup.Run) (proc, error) {
 	var p proc
 	var err error
 	if e.mode == ContainSubreaper || cmd.MaxCPUTime > 0 {

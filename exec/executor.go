@@ -106,21 +106,30 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
 	defer cancel()
 	callbacks := &panics{cancel: cancel}
+	made := e.newCgroup(cmd)
+	abandon := func() {
+		if cg, _ := made(); cg != nil {
+			cg.Remove()
+		}
+	}
 
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		abandon()
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		abandon()
 		outR.Close()
 		outW.Close()
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
 	in, err := newStdin(cmd.Stdin, callbacks)
 	if err != nil {
+		abandon()
 		outR.Close()
 		errR.Close()
 		outW.Close()
@@ -129,7 +138,11 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	}
 
 	start := time.Now()
-	p, err := e.start(cmd, e.env(cmd.Env), stdio{in: in.child, out: outW, err: errW})
+	cg, err := made()
+	var p proc
+	if err == nil {
+		p, err = e.start(cmd, e.env(cmd.Env), stdio{in: in.child, out: outW, err: errW}, cg)
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {

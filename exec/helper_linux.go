@@ -210,7 +210,7 @@ func (p *helperProc) end() (outcome, error) {
 	out.code, out.killed = waitStatus(syscall.WaitStatus(m[1]))
 	out.usage = &Usage{UserCPU: time.Duration(m[2]), SystemCPU: time.Duration(m[3]), PeakRSS: m[4]}
 	if p.cg != nil {
-		err = finishCgroup(p.cg, true, &out)
+		err = finishCgroup(p.cg, &out)
 	}
 	return out, err
 }

@@ -9,9 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/podvm/podvm/exec"
 )
@@ -111,7 +108,7 @@ func helperMain(args []string) int {
 			}
 			return 0 // the grandchild is orphaned
 		case "rename":
-			unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&[]byte("kworker/0:1\x00")[0])), 0, 0, 0)
+			rename("kworker/0:1")
 		}
 		time.Sleep(time.Hour) // holding the run's stdout and stderr
 

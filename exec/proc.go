@@ -36,7 +36,7 @@ type directProc struct {
 	cg *cgroup.Run
 
 	mu     sync.Mutex
-	reaped bool // the command has been reaped: its pid is no longer ours
+	reaped bool // the command has been reaped: its pid is no longer ours (process group only)
 }
 
 func startDirect(cmd Command, env []string, files stdio, cg *cgroup.Run) (proc, error) {
@@ -73,17 +73,21 @@ func (p *directProc) killAll() {
 }
 
 func (p *directProc) end() (outcome, error) {
-	// The command has exited but is not reaped: its pid, hence its group
-	// id, cannot be reused while what it left is killed.
-	awaitExit(p.c.Process.Pid)
-	p.mu.Lock()
-	left := p.cg == nil || p.cg.Populated()
-	if left {
-		p.killAll()
+	var waitErr error
+	if p.cg == nil {
+		// The command has exited but is not reaped: its pid, hence its
+		// group id, cannot be reused while what it left is killed.
+		awaitExit(p.c.Process.Pid)
+		p.mu.Lock()
+		killGroup(p.c.Process.Pid)
+		p.reaped = true
+		p.mu.Unlock()
+		waitErr = p.c.Wait()
+	} else {
+		// A cgroup is killed by its directory, not by a pid that could be
+		// reused: what the command left is killed by Finish.
+		waitErr = p.c.Wait()
 	}
-	p.reaped = true
-	p.mu.Unlock()
-	waitErr := p.c.Wait()
 
 	var out outcome
 	out.code, out.killed = exitStatus(p.c.ProcessState)
@@ -95,33 +99,22 @@ func (p *directProc) end() (outcome, error) {
 		}
 	}
 	if p.cg != nil {
-		err = errors.Join(err, finishCgroup(p.cg, left, &out))
+		err = errors.Join(err, finishCgroup(p.cg, &out))
 	}
 	return out, err
 }
 
-// finishCgroup waits for what was killed in the run's cgroup to exit,
-// reads the whole run's usage and removes the cgroup.
-func finishCgroup(cg *cgroup.Run, killed bool, out *outcome) error {
-	var err error
-	if killed {
-		err = cg.Wait()
-	}
-	if err == nil {
-		out.usage = cgroupUsage(cg, out.usage)
-	}
-	return errors.Join(err, cg.Remove())
-}
-
-// cgroupUsage is the usage of a run's cgroup, whose processes have all
-// exited; where the cgroup has no memory.peak, the peak is fallback's.
-func cgroupUsage(cg *cgroup.Run, fallback *Usage) *Usage {
-	user, system, peak := cg.Usage()
+// finishCgroup kills what is left in the run's cgroup, takes the whole
+// run's usage from it and removes it. Where the cgroup does not measure
+// memory, the peak stays the one out has.
+func finishCgroup(cg *cgroup.Run, out *outcome) error {
+	user, system, peak, err := cg.Finish()
 	if peak < 0 {
 		peak = 0
-		if fallback != nil {
-			peak = fallback.PeakRSS
+		if out.usage != nil {
+			peak = out.usage.PeakRSS
 		}
 	}
-	return &Usage{UserCPU: user, SystemCPU: system, PeakRSS: peak}
+	out.usage = &Usage{UserCPU: user, SystemCPU: system, PeakRSS: peak}
+	return err
 }

@@ -45,3 +45,6 @@ func (*Run) Wait() error { return nil }
 
 // Populated reports false.
 func (*Run) Populated() bool { return false }
+
+// Finish does nothing.
+func (*Run) Finish() (user, system time.Duration, peak int64, err error) { return 0, 0, -1, nil }
