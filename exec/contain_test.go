@@ -424,3 +424,43 @@ func TestRunInheritsOnlyStdio(t *testing.T) {
 		})
 	}
 }
+
+// A caller that dies mid-run: the subreaper helper sees its control
+// socket close and kills the run at once; a run cgroup outlives its
+// caller, and the next executor to look (in any process) kills and
+// removes it.
+func TestRunCallerCrash(t *testing.T) {
+	for _, c := range strict(t) {
+		t.Run(c.name, func(t *testing.T) {
+			m := mark()
+			// Not from a run cgroup of this process: the crashed caller's
+			// would be nested in it, and killed with it.
+			pg := exec.NewCommandExecutor(exec.WithContainment(exec.ContainProcessGroup))
+			res, err := pg.Run(context.Background(), helper("crash", c.name, m))
+			require.NoError(t, err)
+			require.Equal(t, 3, res.ExitCode, res.Stderr)
+			if c.name == "cgroup" {
+				require.NotEmpty(t, survivors(m), "the run is left to the next executor")
+				_, err := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup)).Containment()
+				require.NoError(t, err)
+			}
+			require.Eventually(t, func() bool { return len(survivors(m)) == 0 }, 5*time.Second, 20*time.Millisecond,
+				"the run outlived its dead caller: %v", survivors(m))
+		})
+	}
+}
+
+// A command that makes cgroups of its own under its run cgroup (a nested
+// podvm, a container runtime) does not keep the run cgroup from going.
+func TestRunNestedCgroupsRemoved(t *testing.T) {
+	x := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup))
+	if _, err := x.Containment(); err != nil {
+		t.Skip(err)
+	}
+	m := mark()
+	res, err := x.Run(context.Background(), helper("crash", "cgroup", m))
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.ExitCode)
+	requireNothingLeft(t, nil, m)
+	assert.Empty(t, ownCgroups(t))
+}

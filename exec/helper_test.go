@@ -1,6 +1,7 @@
 package exec_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -112,6 +113,12 @@ func helperMain(args []string) int {
 		}
 		time.Sleep(time.Hour) // holding the run's stdout and stderr
 
+	case "crash": // crash CONTAINMENT MARK: start "sleep MARK" under CONTAINMENT, then die mid-run
+		c := map[string]exec.Containment{"cgroup": exec.ContainCgroup, "subreaper": exec.ContainSubreaper}[args[0]]
+		x := exec.NewCommandExecutor(exec.WithContainment(c))
+		go x.Run(context.Background(), exec.Command{Name: "sleep", Args: []string{args[1]}})
+		time.Sleep(300 * time.Millisecond)
+		os.Exit(3)
 	case "burn": // burn D: spin until this process has used D of CPU time
 		d, _ := time.ParseDuration(args[0])
 		for {

@@ -273,12 +273,12 @@ func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
 	}
 	user, system, peak = r.Usage()
 	err = unix.Rmdir(r.dir)
-	if errors.Is(err, unix.EBUSY) { // processes left: the uncommon case
+	if errors.Is(err, unix.EBUSY) { // processes or cgroups left: the uncommon case
 		if err = r.Wait(); err != nil {
 			return user, system, peak, err
 		}
 		user, system, peak = r.Usage()
-		err = unix.Rmdir(r.dir)
+		err = removeTree(r.dir)
 	}
 	if err != nil {
 		err = fmt.Errorf("cgroup: removing %s: %w", r.dir, err)
@@ -296,13 +296,25 @@ func (r *Run) Remove() error {
 	err := unix.Rmdir(r.dir)
 	if errors.Is(err, unix.EBUSY) {
 		if err = r.Wait(); err == nil {
-			err = unix.Rmdir(r.dir)
+			err = removeTree(r.dir)
 		}
 	}
 	if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("cgroup: removing %s: %w", r.dir, err)
 	}
 	return nil
+}
+
+// removeTree removes an empty cgroup and the cgroups the run made under
+// it, deepest first.
+func removeTree(dir string) error {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			removeTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	return unix.Rmdir(dir)
 }
 
 // read reads a small cgroup file into buf, returning nil when it cannot.
