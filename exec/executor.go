@@ -78,10 +78,13 @@ func NewCommandExecutor(opts ...Option) *CommandExecutor {
 }
 
 // Run runs cmd on the host and waits for it; see the package documentation
-// for the contract. The returned error matches [ErrInvalidCommand],
-// [ErrNotFound], [ErrPermission] or [ErrDirNotFound] when the command could
-// not start (with a nil Result), and [context.DeadlineExceeded] or
+// for the contract and [Containment] for what is killed when. The returned
+// error matches [ErrInvalidCommand], [ErrNotFound], [ErrPermission],
+// [ErrDirNotFound] or [ErrUnsupported] when the command could not start
+// (with a nil Result), and [context.DeadlineExceeded] or
 // [context.Canceled] when the run was stopped (with the partial Result).
+// If cmd's Stdin, Stdout or Stderr panics while Run runs, the run is
+// killed and cleaned up, then Run panics with the same value.
 func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err

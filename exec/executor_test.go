@@ -427,6 +427,9 @@ func TestValidate(t *testing.T) {
 		{"env with empty key", exec.Command{Name: "ls", Env: []string{"=x"}}},
 		{"negative timeout", exec.Command{Name: "ls", Timeout: -time.Second}},
 		{"negative cap", exec.Command{Name: "ls", MaxOutputBytes: -1}},
+		{"negative memory limit", exec.Command{Name: "ls", MaxMemoryBytes: -1}},
+		{"negative pids limit", exec.Command{Name: "ls", MaxPids: -1}},
+		{"negative CPU time", exec.Command{Name: "ls", MaxCPUTime: -time.Second}},
 		{"argument over 128 KiB", exec.Command{Name: "echo", Args: []string{strings.Repeat("a", exec.MaxArgBytes+1)}}},
 		{"env entry over 128 KiB", exec.Command{Name: "env", Env: []string{"A=" + strings.Repeat("a", exec.MaxArgBytes)}}},
 	} {
