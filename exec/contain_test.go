@@ -464,3 +464,19 @@ func TestRunNestedCgroupsRemoved(t *testing.T) {
 	requireNothingLeft(t, nil, m)
 	assert.Empty(t, ownCgroups(t))
 }
+
+// Executors are cheap: making many holds no descriptor.
+func TestExecutorsHoldNoDescriptor(t *testing.T) {
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(ents)
+	}
+	before := count()
+	for range 50 {
+		x := exec.NewCommandExecutor()
+		_, err := x.Run(context.Background(), exec.Command{Name: "true"})
+		require.NoError(t, err)
+	}
+	assert.LessOrEqual(t, count(), before+2)
+}

@@ -18,7 +18,6 @@ import (
 // Parent is a cgroup v2 under which run cgroups are created.
 type Parent struct {
 	dir          string
-	fd           int  // O_PATH descriptor of dir, for the *at calls of New
 	memory, pids bool // controllers the run cgroups get
 }
 
@@ -51,11 +50,7 @@ func Find(dir string) (*Parent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s has no cgroup.kill (Linux 5.14 or later needed)", ErrUnavailable, dir)
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	p := &Parent{dir: dir, fd: fd} // kept for the life of the program, like the executor that found it
+	p := &Parent{dir: dir}
 	p.enable()
 	p.sweep()
 	return p, nil
@@ -174,12 +169,12 @@ func (p *Parent) New(l Limits) (*Run, error) {
 	}
 	name := "podvm-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
 	r := &Run{dir: p.dir + "/" + name, fd: -1, memory: p.memory}
-	if err := unix.Mkdirat(p.fd, name, 0o755); err != nil {
+	if err := unix.Mkdir(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})
 	}
 	err := r.limit(l)
 	if err == nil {
-		r.fd, err = unix.Openat(p.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		r.fd, err = unix.Open(r.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
 		r.Remove()
