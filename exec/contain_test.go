@@ -329,12 +329,7 @@ func TestRunLimits(t *testing.T) {
 func TestRunThousandLeaveNothing(t *testing.T) {
 	for _, c := range strict(t) {
 		t.Run(c.name, func(t *testing.T) {
-			fds := func() int {
-				ents, err := os.ReadDir("/proc/self/fd")
-				require.NoError(t, err)
-				return len(ents)
-			}
-			before := fds()
+			before := openFDs(t)
 			for i := range 1000 {
 				cmd := exec.Command{Name: "/bin/true"}
 				switch i % 10 {
@@ -354,7 +349,7 @@ func TestRunThousandLeaveNothing(t *testing.T) {
 					c.x.Run(context.Background(), cmd)
 				}()
 			}
-			assert.LessOrEqual(t, fds(), before+2, "descriptors left open")
+			assert.LessOrEqual(t, openFDs(t), before+2, "descriptors left open")
 			assert.Empty(t, zombieChildren(), "zombies left")
 			assert.Empty(t, ownCgroups(t), "cgroups left")
 		})
@@ -467,16 +462,11 @@ func TestRunNestedCgroupsRemoved(t *testing.T) {
 
 // Executors are cheap: making many holds no descriptor.
 func TestExecutorsHoldNoDescriptor(t *testing.T) {
-	count := func() int {
-		ents, err := os.ReadDir("/proc/self/fd")
-		require.NoError(t, err)
-		return len(ents)
-	}
-	before := count()
+	before := openFDs(t)
 	for range 50 {
 		x := exec.NewCommandExecutor()
 		_, err := x.Run(context.Background(), exec.Command{Name: "true"})
 		require.NoError(t, err)
 	}
-	assert.LessOrEqual(t, count(), before+2)
+	assert.LessOrEqual(t, openFDs(t), before+2)
 }

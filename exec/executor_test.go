@@ -196,20 +196,23 @@ func (endlessWriterTo) WriteTo(w io.Writer) (int64, error) {
 	}
 }
 
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(fds)
+}
+
 // A command that cannot start leaves no descriptor open, stdin's pipe
 // included.
 func TestRunStartFailureLeaksNoFD(t *testing.T) {
-	count := func() int {
-		fds, err := os.ReadDir("/proc/self/fd")
-		require.NoError(t, err)
-		return len(fds)
-	}
-	before := count()
+	before := openFDs(t)
 	for range 50 {
 		_, err := host.Run(context.Background(), exec.Command{Name: "/nonexistent/prog", Stdin: strings.NewReader("x")})
 		require.ErrorIs(t, err, exec.ErrNotFound)
 	}
-	assert.LessOrEqual(t, count(), before+2, "descriptors open after 50 failed starts")
+	assert.LessOrEqual(t, openFDs(t), before+2, "descriptors open after 50 failed starts")
 }
 
 func TestRunCapKeepsHeadAndTrueTail(t *testing.T) {
