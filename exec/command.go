@@ -66,6 +66,29 @@ type Command struct {
 	// MaxOutputBytes caps each stream's capture. Zero means
 	// [DefaultMaxOutputBytes].
 	MaxOutputBytes int
+
+	// The limits below are enforced by the kernel, or refused: an
+	// executor that cannot enforce one fails the run before it starts
+	// with an error matching [ErrUnsupported], never ignores it. Zero
+	// means no limit. For [CommandExecutor] see [Containment] for where
+	// each holds.
+
+	// MaxMemoryBytes caps the memory of the whole run (the cgroup's
+	// memory.max, with no swap beyond it): past it the kernel reclaims,
+	// then kills processes of the run (the command reports 137 when it is
+	// the one killed). Needs the cgroup containment with the memory
+	// controller.
+	MaxMemoryBytes int64
+	// MaxPids caps how many processes and threads the run may have at
+	// once (the cgroup's pids.max): a fork beyond it fails with EAGAIN.
+	// Needs the cgroup containment with the pids controller.
+	MaxPids int
+	// MaxCPUTime caps the CPU time of each process of the run
+	// (RLIMIT_CPU, rounded up to whole seconds): at the limit the process
+	// gets SIGXCPU (exit code 152 unless it handles it), a second later
+	// SIGKILL. Each process has its own budget; the run's total is
+	// bounded by Timeout. Needs the subreaper helper ([Init]).
+	MaxCPUTime time.Duration
 }
 
 // Validate reports whether c can be run, with an error matching
@@ -85,6 +108,12 @@ func (c Command) Validate() error {
 		return bad("negative timeout %v", c.Timeout)
 	case c.MaxOutputBytes < 0:
 		return bad("negative MaxOutputBytes %d", c.MaxOutputBytes)
+	case c.MaxMemoryBytes < 0:
+		return bad("negative MaxMemoryBytes %d", c.MaxMemoryBytes)
+	case c.MaxPids < 0:
+		return bad("negative MaxPids %d", c.MaxPids)
+	case c.MaxCPUTime < 0:
+		return bad("negative MaxCPUTime %v", c.MaxCPUTime)
 	}
 	for i, a := range c.Args {
 		switch {
@@ -177,14 +206,23 @@ type Result struct {
 
 // Usage is the resource usage of one run, as the kernel counted it. Both
 // the host executor and the sandbox agent report it in this form.
+//
+// For [CommandExecutor], by [Containment]: under ContainCgroup, CPU times
+// come from the run cgroup's cpu.stat (every process of the tree, killed
+// leftovers included) and PeakRSS from its memory.peak where the cgroup
+// has the memory controller (Linux 5.19+), else from rusage as below;
+// under ContainSubreaper, from the helper's RUSAGE_CHILDREN once it has
+// reaped the whole tree (every process of the tree; PeakRSS of the
+// largest one); under ContainProcessGroup, from the rusage of the waited
+// command (itself and the descendants it waited for).
 type Usage struct {
 	// UserCPU and SystemCPU are the CPU time spent in user and kernel
 	// mode by the run's processes: the whole tree where the run was
-	// contained (a cgroup, or the agent's subreaper), else the command
-	// and the descendants it waited for.
+	// contained (a cgroup, or a subreaper), else the command and the
+	// descendants it waited for.
 	UserCPU, SystemCPU time.Duration
 	// PeakRSS is the peak resident memory in bytes: of the run's cgroup
-	// as a whole where there is one, else of its largest single process.
+	// as a whole where it is measured, else of its largest single process.
 	PeakRSS int64
 }
 

@@ -18,7 +18,14 @@
 //     matches [ErrInvalidCommand] under [errors.Is].
 //   - On timeout or cancellation the whole process tree is killed, the partial
 //     output is returned in a Result with TimedOut set and ExitCode -1, and the
-//     error matches [context.DeadlineExceeded] or [context.Canceled].
+//     error matches [context.DeadlineExceeded] or [context.Canceled]. How
+//     complete "whole" is depends on the executor: for [CommandExecutor]
+//     see [Containment] (on Linux, everything the command started, however
+//     it detached; elsewhere, its process group).
+//   - [Result.Usage] reports the run's CPU time and peak memory where the
+//     executor can measure them; a limit ([Command.MaxMemoryBytes],
+//     [Command.MaxPids], [Command.MaxCPUTime]) is enforced or the run is
+//     refused with [ErrUnsupported], never silently ignored.
 //   - Each stream's capture keeps at most MaxOutputBytes (default
 //     [DefaultMaxOutputBytes]): the first half and the last half, so errors
 //     at the end of a long build survive; memory stays bounded whatever the

@@ -14,24 +14,35 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/internal/capture"
+	"github.com/podvm/podvm/internal/cgroup"
 	"github.com/podvm/podvm/internal/deadline"
 )
 
 // DefaultKillGrace is how long Run waits, after the command's process has
 // exited or been killed, for its output pipes to close before it closes
 // them itself: long enough to drain what was written, short enough that a
-// process outside the command's process group holding the pipes cannot
-// delay the return.
+// process that escaped a process-group containment and holds the pipes
+// cannot delay the return. Under the cgroup and subreaper containments
+// every holder is dead by then and the pipes close at once.
 const DefaultKillGrace = 500 * time.Millisecond
 
-// CommandExecutor runs commands as host processes. Each command runs in a
-// process group of its own; when the run ends, by exit, timeout or
-// cancellation, whatever is left of that group is killed. Create one with
-// [NewCommandExecutor]; it is safe for concurrent use.
+// CommandExecutor runs commands as host processes. Each run is contained
+// so that, when it ends by exit, timeout or cancellation, whatever the
+// command left running is killed: by a cgroup of its own, a subreaper
+// helper or a process group, the strongest the host offers (see
+// [Containment]). Create one with [NewCommandExecutor]; it is safe for
+// concurrent use.
 type CommandExecutor struct {
 	baseEnv    []string
 	hasBaseEnv bool
 	grace      time.Duration
+	want       Containment
+	cgroupDir  string
+
+	once    sync.Once // settles the fields below
+	mode    Containment
+	modeErr error
+	parent  *cgroup.Parent // for ContainCgroup
 }
 
 var _ Executor = (*CommandExecutor)(nil)
@@ -67,10 +78,13 @@ func NewCommandExecutor(opts ...Option) *CommandExecutor {
 }
 
 // Run runs cmd on the host and waits for it; see the package documentation
-// for the contract. The returned error matches [ErrInvalidCommand],
-// [ErrNotFound], [ErrPermission] or [ErrDirNotFound] when the command could
-// not start (with a nil Result), and [context.DeadlineExceeded] or
+// for the contract and [Containment] for what is killed when. The returned
+// error matches [ErrInvalidCommand], [ErrNotFound], [ErrPermission],
+// [ErrDirNotFound] or [ErrUnsupported] when the command could not start
+// (with a nil Result), and [context.DeadlineExceeded] or
 // [context.Canceled] when the run was stopped (with the partial Result).
+// If cmd's Stdin, Stdout or Stderr panics while Run runs, the run is
+// killed and cleaned up, then Run panics with the same value.
 func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
@@ -84,49 +98,61 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
 
+	e.once.Do(e.choose)
+	if e.modeErr != nil {
+		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, e.modeErr)
+	}
+	if err := e.limitError(cmd); err != nil {
+		return nil, err
+	}
+
 	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
 	defer cancel()
-
-	c := osexec.Command(cmd.Name, cmd.Args...)
-	c.Dir = cmd.Dir
-	c.Env = e.env(cmd.Env)
-	c.WaitDelay = e.grace
-	setProcessGroup(c)
+	callbacks := &panics{cancel: cancel}
+	made := e.newCgroup(cmd)
+	abandon := func() {
+		if cg, _ := made(); cg != nil {
+			cg.Remove()
+		}
+	}
 
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		abandon()
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		abandon()
 		outR.Close()
 		outW.Close()
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
-	c.Stdout, c.Stderr = outW, errW
-	in, err := newStdin(cmd.Stdin)
+	in, err := newStdin(cmd.Stdin, callbacks)
 	if err != nil {
+		abandon()
 		outR.Close()
 		errR.Close()
 		outW.Close()
 		errW.Close()
 		return nil, fmt.Errorf("exec: %s: %w", cmd.Name, err)
 	}
-	if in.child != nil { // not a typed nil: os/exec would close fd 0
-		c.Stdin = in.child
-	}
 
 	start := time.Now()
-	err = c.Start()
+	cg, err := made()
+	var p proc
+	if err == nil {
+		p, err = e.start(cmd, e.env(cmd.Env), stdio{in: in.child, out: outW, err: errW}, cg)
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
 		outR.Close()
 		errR.Close()
 		in.abandon()
-		return nil, startError(cmd.Name, err)
+		return nil, err
 	}
 	in.start()
 	defer in.stop()
@@ -135,29 +161,29 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	var act activity // so the grace can tell idle pipes from a slow writer
 	drain := func(r *os.File, w io.Writer) {
 		defer drained.Done()
+		defer io.Copy(io.Discard, r) // after a panicking writer: the run is being killed
+		defer callbacks.catch()
 		io.Copy(activeWriter{w, &act}, r)
 	}
 	drained.Add(2)
 	go drain(outR, stdout)
 	go drain(errR, stderr)
 
-	// Kill the group when the context ends; after a normal exit, kill what
-	// the command left running in its group.
-	exited := make(chan struct{})
+	// Kill the run when the context ends; after a normal exit, end kills
+	// what the command left running.
+	ended := make(chan struct{})
 	go func() {
 		select {
 		case <-runCtx.Done():
-			killGroup(c.Process.Pid)
-		case <-exited:
+			p.kill()
+		case <-ended:
 		}
 	}()
-	awaitExit(c.Process.Pid)
-	close(exited)
-	killGroup(c.Process.Pid)
-	waitErr := c.Wait()
+	out, endErr := p.end()
+	close(ended)
 
-	// Pipes held by a process that escaped the group are closed once they
-	// have been idle for the grace (a slow live writer still gets every
+	// Pipes held by a process that escaped a process group are closed once
+	// they have been idle for the grace (a slow live writer still gets every
 	// byte), or, when the run was stopped, after the grace however busy.
 	done := make(chan struct{})
 	go func() { drained.Wait(); close(done) }()
@@ -178,24 +204,24 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	outR.Close()
 	errR.Close()
 
+	callbacks.rethrow() // everything is dead and cleaned up
+
 	res := &Result{
 		Stdout:      stdout.String(),
 		Stderr:      stderr.String(),
-		ExitCode:    exitCode(c.ProcessState),
+		ExitCode:    out.code,
 		Duration:    time.Since(start),
 		Truncated:   stdout.Truncated() || stderr.Truncated(),
 		StdoutBytes: stdout.Total(),
 		StderrBytes: stderr.Total(),
+		Usage:       out.usage,
 	}
-	if stopErr := deadline.Err("exec", ctx, runCtx, cmd.Name, cmd.Timeout); stopErr != nil && wasKilled(c.ProcessState) {
+	if stopErr := deadline.Err("exec", ctx, runCtx, cmd.Name, cmd.Timeout); stopErr != nil && out.killed {
 		res.TimedOut, res.ExitCode = true, -1
 		return res, stopErr
 	}
-	if waitErr != nil && !errors.Is(waitErr, osexec.ErrWaitDelay) {
-		var ee *osexec.ExitError
-		if !errors.As(waitErr, &ee) {
-			return res, fmt.Errorf("exec: %s: %w", cmd.Name, waitErr)
-		}
+	if endErr != nil {
+		return res, fmt.Errorf("exec: %s: %w", cmd.Name, endErr)
 	}
 	for _, s := range []struct {
 		name string
@@ -208,6 +234,47 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 	return res, nil
 }
 
+// panics carries a panic of the caller's Stdin, Stdout or Stderr, raised
+// in one of Run's goroutines, back to Run's caller: the run is killed and
+// cleaned up first, then Run panics with the same value.
+type panics struct {
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	v      any
+	set    bool
+	over   bool // Run has returned: a late panic stays where it is
+}
+
+// catch, deferred in a goroutine that calls the caller's code, recovers a
+// panic and kills the run.
+func (p *panics) catch() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	p.mu.Lock()
+	over := p.over
+	if !p.set {
+		p.v, p.set = v, true
+	}
+	p.mu.Unlock()
+	if over {
+		panic(v)
+	}
+	p.cancel()
+}
+
+// rethrow panics with the first value caught, if any.
+func (p *panics) rethrow() {
+	p.mu.Lock()
+	p.over = true
+	v, set := p.v, p.set
+	p.mu.Unlock()
+	if set {
+		panic(v)
+	}
+}
+
 // stdin feeds a Command's Stdin to the process. os/exec would copy it
 // itself, but then Wait waits for that copy, and a reader that never
 // returns would hold Run forever; here the copy is ours, and the run stops
@@ -216,13 +283,14 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 // and no copy: w is nil.
 type stdin struct {
 	src   io.Reader
+	calls *panics
 	child *os.File // the process's end: src itself when it is a file; nil when src is nil
 	w     *os.File // our end
 	done  chan struct{}
 	err   error // the reader's, not the pipe's; set before done closes
 }
 
-func newStdin(src io.Reader) (*stdin, error) {
+func newStdin(src io.Reader, calls *panics) (*stdin, error) {
 	if f, ok := src.(*os.File); ok || src == nil {
 		return &stdin{child: f}, nil
 	}
@@ -230,7 +298,7 @@ func newStdin(src io.Reader) (*stdin, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stdin{src: src, child: r, w: w, done: make(chan struct{})}, nil
+	return &stdin{src: src, calls: calls, child: r, w: w, done: make(chan struct{})}, nil
 }
 
 // start begins the copy, once the process holds its end of the pipe.
@@ -240,6 +308,7 @@ func (in *stdin) start() {
 	}
 	in.child.Close()
 	go func() {
+		defer in.calls.catch()
 		w := &pipeWriter{f: in.w}
 		_, err := io.Copy(w, in.src)
 		if w.err == nil { // the pipe fails when the process stops reading: not an error

@@ -15,6 +15,7 @@ func FuzzCommandJSON(f *testing.F) {
 	f.Add(`{"command":"go","args":["build"],"env":["A=1"],"timeout":1.5}`)
 	f.Add(`{"command":"a\u0000b"}`)
 	f.Add(`{"command":"x","env":["NOEQ"],"max_output_bytes":-1}`)
+	f.Add(`{"command":"x","max_memory_bytes":-1,"max_pids":3,"max_cpu_time":0.5}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		var c exec.Command
 		if json.Unmarshal([]byte(in), &c) != nil {
@@ -28,7 +29,8 @@ func FuzzCommandJSON(f *testing.F) {
 			return
 		}
 		all := c.Name + c.Dir + strings.Join(c.Args, "") + strings.Join(c.Env, "")
-		if c.Name == "" || strings.IndexByte(all, 0) >= 0 || c.Timeout < 0 || c.MaxOutputBytes < 0 {
+		if c.Name == "" || strings.IndexByte(all, 0) >= 0 || c.Timeout < 0 || c.MaxOutputBytes < 0 ||
+			c.MaxMemoryBytes < 0 || c.MaxPids < 0 || c.MaxCPUTime < 0 {
 			t.Fatalf("Validate accepted %#v", c)
 		}
 		for _, e := range c.Env {

@@ -1,6 +1,7 @@
 package exec_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -8,13 +9,19 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/podvm/podvm/exec"
 )
 
+var sink int
+
 // The test binary doubles as the fake commands, as in os/exec's own tests:
 // with PODVM_TEST_HELPER set, TestMain runs helperMain instead of tests.
+// It calls exec.Init first, as a program must for the subreaper
+// containment: re-executed as the helper, it goes no further.
 func TestMain(m *testing.M) {
+	exec.Init()
 	if os.Getenv("PODVM_TEST_HELPER") == "1" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
@@ -70,6 +77,67 @@ func helperMain(args []string) int {
 			}
 			n -= k
 		}
+	case "escape": // escape HOW MARK exit|hang: start "linger HOW MARK" escaping as HOW, print its pid
+		how, mark := args[0], args[1]
+		attr := &syscall.SysProcAttr{}
+		env := []string{"PODVM_TEST_HELPER=1", "PODVM_MARK=" + mark}
+		switch how {
+		case "setsid":
+			attr.Setsid = true
+		case "setpgid", "rename":
+			attr.Setpgid = true
+		case "clearenv":
+			env = []string{"PODVM_TEST_HELPER=1"}
+		}
+		p, err := os.StartProcess(os.Args[0], []string{os.Args[0], "linger", how, mark}, &os.ProcAttr{
+			Env: env, Files: []*os.File{nil, os.Stdout, os.Stderr}, Sys: attr})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println(p.Pid)
+		if args[2] == "hang" {
+			time.Sleep(time.Hour)
+		}
+	case "linger": // linger HOW MARK: stay alive for an hour, first forking again for "doublefork"
+		switch args[0] {
+		case "doublefork":
+			p, err := os.StartProcess(os.Args[0], []string{os.Args[0], "linger", "setsid", args[1]}, &os.ProcAttr{
+				Env: os.Environ(), Files: []*os.File{nil, os.Stdout, os.Stderr}, Sys: &syscall.SysProcAttr{Setsid: true}})
+			if err == nil {
+				fmt.Println(p.Pid)
+			}
+			return 0 // the grandchild is orphaned
+		case "rename":
+			rename("kworker/0:1")
+		}
+		time.Sleep(time.Hour) // holding the run's stdout and stderr
+
+	case "crash": // crash CONTAINMENT MARK: start "sleep MARK" under CONTAINMENT, then die mid-run
+		c := map[string]exec.Containment{"cgroup": exec.ContainCgroup, "subreaper": exec.ContainSubreaper}[args[0]]
+		x := exec.NewCommandExecutor(exec.WithContainment(c))
+		go x.Run(context.Background(), exec.Command{Name: "sleep", Args: []string{args[1]}})
+		time.Sleep(300 * time.Millisecond)
+		os.Exit(3)
+	case "burn": // burn D: spin until this process has used D of CPU time
+		d, _ := time.ParseDuration(args[0])
+		for {
+			var ru syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+			if time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) >= d {
+				return 0
+			}
+			for i := 0; i < 1e6; i++ {
+				sink += i
+			}
+		}
+	case "touch": // touch N: allocate N MiB and write every page
+		n, _ := strconv.Atoi(args[0])
+		mem := make([]byte, n<<20)
+		for i := 0; i < len(mem); i += 4096 {
+			mem[i] = 1
+		}
+		fmt.Println(len(mem))
 	case "signal": // signal N: kill itself with signal N
 		n, _ := strconv.Atoi(args[0])
 		syscall.Kill(os.Getpid(), syscall.Signal(n))
@@ -80,3 +148,5 @@ func helperMain(args []string) int {
 	}
 	return 0
 }
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -2,6 +2,7 @@ package exec
 
 import (
 	"errors"
+	osexec "os/exec"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,4 +18,11 @@ func awaitExit(pid int) {
 			return
 		}
 	}
+}
+
+// enterCgroup makes c start in the cgroup whose directory fd is open:
+// clone3 with CLONE_INTO_CGROUP, so the child never runs outside it.
+func enterCgroup(c *osexec.Cmd, fd int) {
+	c.SysProcAttr.UseCgroupFD = true
+	c.SysProcAttr.CgroupFD = fd
 }

@@ -16,6 +16,8 @@ func killGroup(pid int) {
 	}
 }
 
-func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
+func exitStatus(ps *os.ProcessState) (code int, killed bool) {
+	return ps.ExitCode(), !ps.Exited()
+}
 
-func wasKilled(ps *os.ProcessState) bool { return !ps.Exited() }
+func rusage(ps *os.ProcessState) *Usage { return nil }

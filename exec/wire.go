@@ -16,10 +16,15 @@ type commandWire struct {
 	Env            []string `json:"env,omitempty"`
 	Timeout        float64  `json:"timeout,omitempty"` // seconds
 	MaxOutputBytes int      `json:"max_output_bytes,omitempty"`
+	MaxMemoryBytes int64    `json:"max_memory_bytes,omitempty"`
+	MaxPids        int      `json:"max_pids,omitempty"`
+	MaxCPUTime     float64  `json:"max_cpu_time,omitempty"` // seconds
 }
 
 // MarshalJSON encodes c as {"command", "args", "dir", "env", "timeout"
-// (seconds), "max_output_bytes"}. Stdin, Stdout and Stderr are not encoded.
+// (seconds), "max_output_bytes", "max_memory_bytes", "max_pids",
+// "max_cpu_time" (seconds)}, zero fields omitted. Stdin, Stdout and Stderr
+// are not encoded.
 func (c Command) MarshalJSON() ([]byte, error) {
 	return json.Marshal(commandWire{
 		Command:        c.Name,
@@ -28,19 +33,27 @@ func (c Command) MarshalJSON() ([]byte, error) {
 		Env:            c.Env,
 		Timeout:        c.Timeout.Seconds(),
 		MaxOutputBytes: c.MaxOutputBytes,
+		MaxMemoryBytes: c.MaxMemoryBytes,
+		MaxPids:        c.MaxPids,
+		MaxCPUTime:     c.MaxCPUTime.Seconds(),
 	})
 }
 
 // UnmarshalJSON decodes the form written by [Command.MarshalJSON]. It
-// rejects a timeout that is negative or too large for a time.Duration;
-// the rest of validation is left to [Command.Validate].
+// rejects a timeout or CPU time that is negative or too large for a
+// time.Duration; the rest of validation is left to [Command.Validate].
 func (c *Command) UnmarshalJSON(data []byte) error {
 	var w commandWire
 	if err := json.Unmarshal(data, &w); err != nil {
 		return fmt.Errorf("exec: decoding command: %w", err)
 	}
-	if w.Timeout < 0 || w.Timeout*float64(time.Second) > math.MaxInt64 {
-		return fmt.Errorf("%w: timeout %v seconds out of range", ErrInvalidCommand, w.Timeout)
+	for _, d := range []struct {
+		name string
+		sec  float64
+	}{{"timeout", w.Timeout}, {"max_cpu_time", w.MaxCPUTime}} {
+		if d.sec < 0 || d.sec*float64(time.Second) > math.MaxInt64 || d.sec != d.sec {
+			return fmt.Errorf("%w: %s %v seconds out of range", ErrInvalidCommand, d.name, d.sec)
+		}
 	}
 	*c = Command{
 		Name:           w.Command,
@@ -49,6 +62,9 @@ func (c *Command) UnmarshalJSON(data []byte) error {
 		Env:            w.Env,
 		Timeout:        time.Duration(w.Timeout * float64(time.Second)),
 		MaxOutputBytes: w.MaxOutputBytes,
+		MaxMemoryBytes: w.MaxMemoryBytes,
+		MaxPids:        w.MaxPids,
+		MaxCPUTime:     time.Duration(w.MaxCPUTime * float64(time.Second)),
 	}
 	return nil
 }

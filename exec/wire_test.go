@@ -21,11 +21,19 @@ func TestCommandJSON(t *testing.T) {
 	var back exec.Command
 	require.NoError(t, json.Unmarshal(data, &back))
 	assert.Equal(t, cmd, back)
+
+	limited := exec.Command{Name: "make", MaxMemoryBytes: 1 << 30, MaxPids: 512, MaxCPUTime: 90 * time.Second}
+	data, err = json.Marshal(limited)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"command":"make","max_memory_bytes":1073741824,"max_pids":512,"max_cpu_time":90}`, string(data))
+	back = exec.Command{}
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, limited, back)
 }
 
 func TestCommandJSONRejects(t *testing.T) {
 	t.Parallel()
-	for _, in := range []string{`{"command":"x","timeout":-1}`, `{"command":"x","timeout":1e300}`, `{"command":7}`, `[]`} {
+	for _, in := range []string{`{"command":"x","timeout":-1}`, `{"command":"x","timeout":1e300}`, `{"command":"x","max_cpu_time":-1}`, `{"command":"x","max_cpu_time":1e300}`, `{"command":7}`, `[]`} {
 		var c exec.Command
 		assert.Error(t, json.Unmarshal([]byte(in), &c), in)
 	}

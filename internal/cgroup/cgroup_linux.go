@@ -1,0 +1,340 @@
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Parent is a cgroup v2 under which run cgroups are created.
+type Parent struct {
+	dir          string
+	memory, pids bool // controllers the run cgroups get
+}
+
+var seq atomic.Int64
+
+// Find returns the parent for run cgroups: dir when it is not empty, else
+// the calling process's own cgroup v2. It fails with [ErrUnavailable]
+// unless a child cgroup can be created there and has cgroup.kill (Linux
+// 5.14+). It enables the memory and pids controllers for children where
+// the parent's cgroup.subtree_control allows it (it does not when the
+// parent holds processes and is not a root), and removes what runs of
+// processes that no longer exist left behind.
+func Find(dir string) (*Parent, error) {
+	if dir == "" {
+		var err error
+		if dir, err = own(); err != nil {
+			return nil, err
+		}
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, fmt.Errorf("%w: %s is not a cgroup v2 directory", ErrUnavailable, dir)
+	}
+	probe := filepath.Join(dir, fmt.Sprintf("podvm-probe-%d-%d", os.Getpid(), seq.Add(1)))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	_, err := os.Stat(filepath.Join(probe, "cgroup.kill"))
+	os.Remove(probe)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s has no cgroup.kill (Linux 5.14 or later needed)", ErrUnavailable, dir)
+	}
+	p := &Parent{dir: dir}
+	p.enable()
+	p.sweep()
+	return p, nil
+}
+
+// own returns the directory of the calling process's cgroup v2.
+func own() (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	var path string
+	for line := range strings.Lines(string(data)) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			path = p
+		}
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("%w: the process is in no cgroup v2 hierarchy", ErrUnavailable)
+	}
+	mounts, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	defer mounts.Close()
+	sc := bufio.NewScanner(mounts)
+	for sc.Scan() {
+		// id parent dev root mountpoint opts... - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		root, mnt := f[3], f[4]
+		if rel, ok := strings.CutPrefix(path, root); ok && (root == "/" || rel == "" || rel[0] == '/') {
+			return filepath.Join(mnt, rel), nil
+		}
+	}
+	return "", fmt.Errorf("%w: the process's cgroup %s is not mounted", ErrUnavailable, path)
+}
+
+// enable turns on the memory and pids controllers for children, where the
+// parent allows it, and records which are on.
+func (p *Parent) enable() {
+	on := p.subtree()
+	avail, _ := os.ReadFile(filepath.Join(p.dir, "cgroup.controllers"))
+	for _, c := range []string{"memory", "pids"} {
+		if !on[c] && has(string(avail), c) {
+			_ = write(filepath.Join(p.dir, "cgroup.subtree_control"), "+"+c)
+		}
+	}
+	on = p.subtree()
+	p.memory, p.pids = on["memory"], on["pids"]
+}
+
+func (p *Parent) subtree() map[string]bool {
+	data, _ := os.ReadFile(filepath.Join(p.dir, "cgroup.subtree_control"))
+	on := map[string]bool{}
+	for _, c := range strings.Fields(string(data)) {
+		on[c] = true
+	}
+	return on
+}
+
+func has(list, name string) bool {
+	for _, c := range strings.Fields(list) {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+// sweep kills and removes the run cgroups of processes that are gone (a
+// caller that crashed mid-run).
+func (p *Parent) sweep() {
+	ents, _ := os.ReadDir(p.dir)
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "podvm-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		rest = strings.TrimPrefix(rest, "probe-")
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pidStr); err == nil || !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1}).Remove()
+	}
+}
+
+// Dir is the parent's directory.
+func (p *Parent) Dir() string { return p.dir }
+
+// Controllers reports whether run cgroups get the memory and the pids
+// controller, without which [Limits] cannot be enforced.
+func (p *Parent) Controllers() (memory, pids bool) { return p.memory, p.pids }
+
+// Run is one run's cgroup.
+type Run struct {
+	dir    string
+	fd     int  // O_PATH descriptor of dir, for clone's CLONE_INTO_CGROUP
+	memory bool // it has the memory controller
+}
+
+// New creates an empty run cgroup with the given limits. The caller must
+// call [Run.Remove]. A limit whose controller the parent does not give
+// children is an error.
+func (p *Parent) New(l Limits) (*Run, error) {
+	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
+		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
+	}
+	name := "podvm-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
+	r := &Run{dir: p.dir + "/" + name, fd: -1, memory: p.memory}
+	if err := unix.Mkdir(r.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})
+	}
+	err := r.limit(l)
+	if err == nil {
+		r.fd, err = unix.Open(r.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		r.Remove()
+		return nil, fmt.Errorf("cgroup: %s: %w", r.dir, err)
+	}
+	return r, nil
+}
+
+func (r *Run) limit(l Limits) error {
+	if l.MemoryBytes > 0 {
+		if err := write(filepath.Join(r.dir, "memory.max"), strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+			return err
+		}
+		// Without swap accounting there is no such file, and nothing to cap.
+		if err := write(filepath.Join(r.dir, "memory.swap.max"), "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if l.Pids > 0 {
+		return write(filepath.Join(r.dir, "pids.max"), strconv.FormatInt(l.Pids, 10))
+	}
+	return nil
+}
+
+// FD is the cgroup's directory descriptor, for SysProcAttr.CgroupFD.
+func (r *Run) FD() int { return r.fd }
+
+// Kill kills every process in the cgroup, atomically: a process forking
+// while it is killed cannot escape.
+func (r *Run) Kill() { _ = write(filepath.Join(r.dir, "cgroup.kill"), "1") }
+
+// Usage returns the CPU time the cgroup's processes spent in user and
+// kernel mode, and its peak memory in bytes, or -1 without the memory
+// controller (memory.peak, Linux 5.19+).
+func (r *Run) Usage() (user, system time.Duration, peak int64) {
+	var buf [1024]byte
+	data := read(filepath.Join(r.dir, "cpu.stat"), buf[:])
+	for line := range strings.Lines(string(data)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "user_usec":
+			user = time.Duration(n) * time.Microsecond
+		case "system_usec":
+			system = time.Duration(n) * time.Microsecond
+		}
+	}
+	peak = -1
+	if r.memory {
+		if n, err := strconv.ParseInt(string(bytes.TrimSpace(read(filepath.Join(r.dir, "memory.peak"), buf[:]))), 10, 64); err == nil {
+			peak = n
+		}
+	}
+	return user, system, peak
+}
+
+// emptyWait bounds how long Wait waits for killed processes to exit.
+const emptyWait = 10 * time.Second
+
+// Populated reports whether a live process is in the cgroup (a cgroup
+// holding only zombies is not populated).
+func (r *Run) Populated() bool {
+	var buf [256]byte
+	return !bytes.Contains(read(filepath.Join(r.dir, "cgroup.events"), buf[:]), []byte("populated 0"))
+}
+
+// Wait kills what is left in the cgroup and waits until it is empty.
+func (r *Run) Wait() error {
+	pause := 20 * time.Microsecond
+	for start := time.Now(); r.Populated(); {
+		if _, err := os.Stat(r.dir); err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		if time.Since(start) > emptyWait {
+			return fmt.Errorf("cgroup: %s still has processes after %v", r.dir, emptyWait)
+		}
+		r.Kill()
+		time.Sleep(pause)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+	return nil
+}
+
+// Finish ends the run's cgroup: it kills what is left in it, waits for it
+// to be empty, returns its usage (see [Run.Usage]) and removes it. The
+// common case, a cgroup already empty, costs one read and one rmdir.
+func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
+	if r.fd >= 0 {
+		unix.Close(r.fd)
+		r.fd = -1
+	}
+	user, system, peak = r.Usage()
+	err = unix.Rmdir(r.dir)
+	if errors.Is(err, unix.EBUSY) { // processes or cgroups left: the uncommon case
+		if err = r.Wait(); err != nil {
+			return user, system, peak, err
+		}
+		user, system, peak = r.Usage()
+		err = removeTree(r.dir)
+	}
+	if err != nil {
+		err = fmt.Errorf("cgroup: removing %s: %w", r.dir, err)
+	}
+	return user, system, peak, err
+}
+
+// Remove removes the cgroup, first killing what is left in it and waiting
+// for it to be empty.
+func (r *Run) Remove() error {
+	if r.fd >= 0 {
+		unix.Close(r.fd)
+		r.fd = -1
+	}
+	err := unix.Rmdir(r.dir)
+	if errors.Is(err, unix.EBUSY) {
+		if err = r.Wait(); err == nil {
+			err = removeTree(r.dir)
+		}
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("cgroup: removing %s: %w", r.dir, err)
+	}
+	return nil
+}
+
+// removeTree removes an empty cgroup and the cgroups the run made under
+// it, deepest first.
+func removeTree(dir string) error {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			removeTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	return unix.Rmdir(dir)
+}
+
+// read reads a small cgroup file into buf, returning nil when it cannot.
+func read(path string, buf []byte) []byte {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
+}
+
+// write writes s to a cgroup file, which must exist.
+func write(path, s string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(s)); err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
