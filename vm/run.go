@@ -50,6 +50,12 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
+	if cmd.MaxMemoryBytes != 0 || cmd.MaxPids != 0 || cmd.MaxCPUTime != 0 {
+		// The sandbox's own limits (Config.Memory, Config.Pids) bound
+		// every run; per-command limits are not carried into it.
+		return nil, fmt.Errorf("%w: vm: %s: per-command limits (MaxMemoryBytes, MaxPids, MaxCPUTime) are not enforced in a sandbox; use Config.Memory, Config.Pids",
+			exec.ErrUnsupported, cmd.Name)
+	}
 	id, a, err := s.st.container()
 	if err != nil {
 		return nil, err

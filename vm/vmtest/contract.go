@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,23 @@ func contractCases() []testCase {
 					t.Errorf("got %+v, %v; want ErrDirNotFound", res, err)
 				}
 				return []observation{o}
+			}},
+		{Name: "limits/per-command", Promise: "per-command limits a sandbox does not enforce are refused, never ignored",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				var obs []observation
+				for label, cmd := range map[string]exec.Command{
+					"memory": {Name: "true", MaxMemoryBytes: 64 << 20},
+					"pids":   {Name: "true", MaxPids: 10},
+					"cpu":    {Name: "true", MaxCPUTime: time.Second},
+				} {
+					res, err, o := run(ctx, v, label, cmd)
+					if !errors.Is(err, exec.ErrUnsupported) || res != nil {
+						t.Errorf("%s: got %+v, %v; want exec.ErrUnsupported", label, res, err)
+					}
+					obs = append(obs, o)
+				}
+				slices.SortFunc(obs, func(a, b observation) int { return strings.Compare(a.Label, b.Label) })
+				return obs
 			}},
 		single("exit/125-with-error-line", "a command's own 125 after an \"Error:\" line is data, not Podman failing",
 			sh(`echo "Error: the build failed" >&2; exit 125`), "", "Error: the build failed\n", 125),

@@ -77,7 +77,7 @@ type observation struct {
 
 // sentinels are the errors an observation names, most specific first.
 var sentinels = []error{
-	exec.ErrInvalidCommand, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, exec.ErrNotAllowed,
+	exec.ErrInvalidCommand, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, exec.ErrNotAllowed, exec.ErrUnsupported,
 	vm.ErrInvalidConfig, vm.ErrNotCreated, vm.ErrAlreadyCreated, vm.ErrRemoved, vm.ErrNoSuchContainer,
 	vm.ErrContainerNotRunning, vm.ErrImageNotFound, vm.ErrNameInUse, vm.ErrUnavailable, vm.ErrNotSupported,
 	context.DeadlineExceeded, context.Canceled, vm.ErrPodman,
