@@ -289,7 +289,13 @@ func (b *bench) runcAlt(name string, mk func(*runc) op) alt {
 }
 
 func (b *bench) execRoundTrips(ctx context.Context) error {
-	alts := append(b.vmAlts(vmRoundTrip),
+	alts := b.vmAlts(vmRoundTrip)
+	for _, name := range []string{nameAPIVM, nameCLIVM} {
+		if v, ok := b.vms[name]; ok {
+			alts = append(alts, alt{name: name + ": `/bin/true`", op: vmTrue(v)})
+		}
+	}
+	alts = append(alts,
 		alt{name: nameCLIExec, op: b.p.execRoundTrip(b.base)},
 		alt{name: nameBindings, op: b.bind.execRoundTrip(b.base)},
 		b.runcAlt(nameRunc, func(r *runc) op { return r.execRoundTrip(b.base) }),

@@ -17,14 +17,27 @@ type backend struct {
 
 // backends are podvm's, in table order, both against the same service:
 // the API one with its own connection per VM, the CLI one running
-// `podman --url URL`.
+// `podman --url URL`; each through podvm's agent (the default) and
+// through Podman exec sessions (Config.PodmanExec).
 var backends = []backend{
-	{name: nameAPIVM, new: func(ctx context.Context, host string, cfg vm.Config) (vm.VM, error) {
+	{name: nameAPIVM, new: apiVM(false)},
+	{name: nameCLIVM, new: cliVM(false)},
+	{name: nameAPIVMExec, new: apiVM(true)},
+	{name: nameCLIVMExec, new: cliVM(true)},
+}
+
+func apiVM(podmanExec bool) func(context.Context, string, vm.Config) (vm.VM, error) {
+	return func(ctx context.Context, host string, cfg vm.Config) (vm.VM, error) {
+		cfg.PodmanExec = podmanExec
 		return vm.NewAPIVM(ctx, host, cfg)
-	}},
-	{name: nameCLIVM, new: func(_ context.Context, host string, cfg vm.Config) (vm.VM, error) {
+	}
+}
+
+func cliVM(podmanExec bool) func(context.Context, string, vm.Config) (vm.VM, error) {
+	return func(_ context.Context, host string, cfg vm.Config) (vm.VM, error) {
+		cfg.PodmanExec = podmanExec
 		return vm.NewCLIVM(cfg, exec.NewCommandExecutor(), vm.WithURL(host))
-	}},
+	}
 }
 
 // roundTripCommand is roundTripArgv as an exec.Command.
@@ -39,6 +52,17 @@ func vmRoundTrip(v vm.VM) op {
 			return err
 		}
 		return checkRoundTrip(res.Stdout, res.Stderr, res.ExitCode)
+	}
+}
+
+// vmTrue runs /bin/true with v.Run: the least a command costs.
+func vmTrue(v vm.VM) op {
+	return func(ctx context.Context) error {
+		res, err := v.Run(ctx, exec.Command{Name: "/bin/true"})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("/bin/true exited %d", res.ExitCode)
+		}
+		return err
 	}
 }
 

@@ -80,7 +80,9 @@ func (c *Client) ImageImport(ctx context.Context, ref string, r io.Reader) (stri
 	if err != nil {
 		return "", err
 	}
-	var out struct{ ID string `json:"Id"` }
+	var out struct {
+		ID string `json:"Id"`
+	}
 	err = decode(op, resp, &out)
 	return out.ID, err
 }
