@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -22,10 +24,10 @@ import (
 // -ai`), not as a Podman exec session. The agent runs each command under
 // a per-run subreaper, so every process the command starts is tracked and
 // killed however it detaches, and reports the run's usage. It reaches the
-// sandbox as an image of its own, imported once per Podman and mounted
-// read-only at agentDir: no bind mount of the caller's disk, so it works
-// with remote services, read-only root filesystems, any user and images
-// without a shell.
+// sandbox at agentDir: bind-mounted read-only from the caller's cache
+// when Podman runs on this machine, else copied into the created
+// container before it starts (a remote service). Either way it works
+// with read-only root filesystems, any user and images without a shell.
 
 const (
 	// agentDir is where the agent image is mounted in every sandbox.
@@ -34,21 +36,78 @@ const (
 	agentPath = agentDir + "/podvm-agent"
 )
 
-// agentImage names the image holding the agent for arch: its content
-// digest is in the tag, so a changed agent is a new image.
-func agentImage(arch string) (string, error) {
+// agentMount is how the agent gets into a sandbox: bind-mounted
+// read-only from hostDir, a directory of the caller's cache, when the
+// containers run on this machine; else copied into the created container
+// as the tar stream fs (a remote service, which the caller's disk cannot
+// reach).
+type agentMount struct {
+	hostDir string
+	fs      []byte
+}
+
+// newAgentMount prepares the agent for arch, locally or not.
+func newAgentMount(arch string, local bool) (*agentMount, error) {
 	d, err := agent.Digest(arch)
 	if err != nil {
-		return "", fmt.Errorf("%w: the image's architecture %q has no podvm agent (set Config.PodmanExec to run commands as Podman exec sessions): %v",
+		return nil, fmt.Errorf("%w: the image's architecture %q has no podvm agent (set Config.PodmanExec to run commands as Podman exec sessions): %v",
 			ErrNotSupported, arch, err)
 	}
-	return "localhost/podvm-agent:" + strings.TrimPrefix(d, "sha256:")[:16] + "-" + arch, nil
+	if local {
+		if dir, err := agentHostDir(arch, strings.TrimPrefix(d, "sha256:")[:16]); err == nil {
+			return &agentMount{hostDir: dir}, nil
+		}
+		// No cache directory to write: copy it in, as for a remote service.
+	}
+	fs, err := agentTar(arch)
+	if err != nil {
+		return nil, err
+	}
+	return &agentMount{fs: fs}, nil
+}
+
+var agentFiles sync.Map // arch → the directory agentHostDir made
+
+// agentHostDir writes the agent for arch into a directory of the user's
+// cache named after its digest, once per process, atomically (written
+// aside, then renamed), and returns the directory.
+func agentHostDir(arch, digest string) (string, error) {
+	if dir, ok := agentFiles.Load(arch); ok {
+		return dir.(string), nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "podvm", "agent-"+digest+"-"+arch)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin, err := agent.Binary(arch)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "podvm-agent")
+	if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, bin) {
+		tmp, err := os.CreateTemp(dir, ".podvm-agent-*")
+		if err != nil {
+			return "", err
+		}
+		_, werr := tmp.Write(bin)
+		cerr := tmp.Close()
+		if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o755), os.Rename(tmp.Name(), path)); err != nil {
+			os.Remove(tmp.Name())
+			return "", err
+		}
+	}
+	agentFiles.Store(arch, dir)
+	return dir, nil
 }
 
 var agentTars sync.Map // arch → []byte
 
-// agentTar is the filesystem of the agent image for arch: the agent
-// binary alone, owned by root, mode 0755.
+// agentTar is the agent for arch as a tar stream to extract at "/":
+// agentDir and the binary in it, owned by root, mode 0755.
 func agentTar(arch string) ([]byte, error) {
 	if b, ok := agentTars.Load(arch); ok {
 		return b.([]byte), nil
@@ -59,9 +118,14 @@ func agentTar(arch string) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
-	h := &tar.Header{Name: "podvm-agent", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}
-	if err := tw.WriteHeader(h); err != nil {
-		return nil, err
+	epoch := time.Unix(0, 0)
+	for _, h := range []*tar.Header{
+		{Name: strings.TrimPrefix(agentDir, "/") + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: epoch},
+		{Name: strings.TrimPrefix(agentPath, "/"), Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, ModTime: epoch},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
 	}
 	tw.Write(bin)
 	tw.Close()
@@ -85,18 +149,31 @@ func (s *sandbox) startAgent(ctx context.Context, id string) (*agent.Client, err
 		c, err := agent.NewClient(rw)
 		done <- hello{c, err}
 	}()
+	bound := time.NewTimer(agentHello)
+	defer bound.Stop()
+	var why error
 	select {
 	case h := <-done:
-		if h.err != nil {
-			return nil, fmt.Errorf("%w: the sandbox's agent did not answer: %w", ErrPodman, h.err)
+		switch {
+		case h.err == nil:
+			return h.c, nil
+		case errors.Is(h.err, ErrUnavailable), errors.Is(h.err, ErrNoSuchContainer), errors.Is(h.err, ErrContainerNotRunning):
+			return nil, fmt.Errorf("vm: the sandbox's agent did not answer: %w", h.err)
 		}
-		return h.c, nil
+		return nil, fmt.Errorf("%w: the sandbox's agent did not answer: %w", ErrPodman, h.err)
 	case <-ctx.Done():
-		rw.Close() // NewClient returns
-		<-done
-		return nil, fmt.Errorf("vm: starting the agent: %w", ctx.Err())
+		why = fmt.Errorf("vm: starting the agent: %w", ctx.Err())
+	case <-bound.C:
+		why = fmt.Errorf("%w: the sandbox's agent did not answer within %v", ErrPodman, agentHello)
 	}
+	rw.Close() // NewClient returns
+	<-done
+	return nil, why
 }
+
+// agentHello bounds the wait for the agent's handshake once the
+// container was started.
+const agentHello = 30 * time.Second
 
 // runAgent is run on the agent's path: the same contract, and bytes
 // carried exactly, argv and env included.
@@ -110,12 +187,19 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 	}
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
-	req := agent.Request{Argv: append([]string{cmd.Name}, cmd.Args...), Env: exec.MergeEnv(nil, cmd.Env), Dir: dir, User: s.cfg.User}
+	user := s.cfg.User
+	if user == "" {
+		user = s.imageUser // the container's user is root: the agent's
+	}
+	req := agent.Request{Argv: append([]string{cmd.Name}, cmd.Args...), Env: exec.MergeEnv(nil, cmd.Env), Dir: dir, User: user}
 	ex, err := c.Run(runCtx, req, cmd.Stdin, stdout, stderr)
+	var usage *exec.Usage
+	if ex.Reported {
+		usage = &ex.Usage
+	}
 	if stop := deadline.Err("vm", ctx, runCtx, cmd.Name, cmd.Timeout); stop != nil {
 		res := result(stdout, stderr, -1, start)
-		res.TimedOut = true
-		res.Usage = &ex.Usage
+		res.TimedOut, res.Usage = true, usage
 		return res, errors.Join(stop, agentError(cmd.Name, unwrapCtx(err)))
 	}
 	switch {
@@ -124,12 +208,13 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 	case errors.Is(err, agent.ErrUnknownUser):
 		return nil, fmt.Errorf("%w: %s: %w", ErrPodman, cmd.Name, err)
 	case errors.Is(err, agent.ErrChannelClosed):
-		return nil, s.channelClosed(ctx, cmd.Name, err)
+		// What arrived before the channel closed is kept.
+		return result(stdout, stderr, -1, start), s.channelClosed(ctx, cmd.Name, err)
 	case ex.Code < 0:
 		return nil, agentError(cmd.Name, err)
 	}
 	res := result(stdout, stderr, ex.Code, start)
-	res.Usage = &ex.Usage
+	res.Usage = usage
 	return res, agentError(cmd.Name, err) // a failed stdin or writer, or processes not killed
 }
 

@@ -8,9 +8,11 @@ import (
 )
 
 // APIVM is a [VM] that speaks the Podman REST API over the service's
-// socket: Create creates and starts a container, Run is an exec session
-// streamed on a connection of its own, the copies use the archive
-// endpoints and Remove force-removes the container. Its errors wrap the
+// socket: Create creates the container and starts it attached to podvm's
+// agent, Run is a message to the agent on that stream (or, with
+// [Config.PodmanExec], an exec session streamed on a connection of its
+// own), the copies use the archive endpoints and Remove force-removes the
+// container. Its errors wrap the
 // service's answer as an [*APIError]. Create one with [NewAPIVM]; it is
 // safe for concurrent use.
 //

@@ -9,15 +9,19 @@ import (
 )
 
 // CLIVM is a [VM] that drives the podman command through an
-// [exec.Executor]: Create is `podman run -d`, Run is `podman exec`, the
-// copies are `podman cp` and Remove is `podman rm -f -t 0`. Its errors
+// [exec.Executor]: Create is `podman create` then one `podman start -a -i`
+// that stays attached to podvm's agent, Run is a message to the agent on
+// that stream (with [Config.PodmanExec]: `podman run -d` and one `podman
+// exec` per Run), the copies are `podman cp` and Remove is `podman rm -f
+// -t 0`. Its errors
 // wrap what podman printed as a [*CLIError]. Create one with [NewCLIVM];
 // it is safe for concurrent use.
 //
-// Prefer the local podman. Through a remote connection ([WithURL], or
-// CONTAINER_HOST in the executor's environment) podman-remote itself now
-// and then loses the output of a short exec, under load, and reports its
-// exit status alone (containers/podman#25855); for a service, use [APIVM].
+// Through the agent, a remote connection ([WithURL], or CONTAINER_HOST in
+// the executor's environment) works as well as the local podman. With
+// PodmanExec prefer the local podman: podman-remote's exec now and then
+// loses the output of a short command under load and reports its exit
+// status alone (containers/podman#25855).
 type CLIVM struct{ sandbox }
 
 var _ VM = (*CLIVM)(nil)

@@ -104,9 +104,11 @@ type Config struct {
 	// through podvm's agent, the sandbox's PID 1 by default. That path is
 	// ~100× slower per Run, cannot carry bytes that are not UTF-8, reports
 	// no usage, and its timeout kill (a marker in the environment, process
-	// groups) misses a process that both leaves its group and clears its
-	// environment. It is there for an image whose architecture the agent
-	// does not cover (the module carries it for amd64 and arm64).
+	// groups) misses a process that cleared its environment once no
+	// process it can find is left in its group (`setsid env -i …`, or
+	// `env -i …` whose parent exited). It is there for an image whose
+	// architecture the agent does not cover (the module carries it for
+	// amd64 and arm64).
 	PodmanExec bool
 }
 

@@ -23,7 +23,7 @@ func FuzzConfig(f *testing.F) {
 		if strings.HasPrefix(image, "-") || strings.ContainsAny(image, " ;$`\n\x00") {
 			t.Fatalf("accepted image %q", image)
 		}
-		argv := runArgs(cfg.withDefaults(), cfg.labels(), "")
+		argv := runArgs(cfg.withDefaults(), cfg.labels(), nil)
 		if argv[len(argv)-1] != image {
 			t.Fatalf("the image is not the last argument: %q", argv)
 		}

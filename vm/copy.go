@@ -32,6 +32,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	if err := checkPath("copy into", dir); err != nil {
 		return err
 	}
+	dir = path.Clean(dir)
 	id, _, err := s.st.container()
 	if err != nil {
 		return err
@@ -58,6 +59,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	if err := checkPath("copy out", p); err != nil {
 		return err
 	}
+	p = path.Clean(p)
 	id, _, err := s.st.container()
 	if err != nil {
 		return err

@@ -15,18 +15,19 @@ import (
 // [*CLIError]); a context's error is wrapped as it is.
 type driver interface {
 	// ensureImage makes cfg.Image present as cfg.Pull and
-	// cfg.ImageArchive say, and returns its architecture (a GOARCH).
-	ensureImage(ctx context.Context, cfg Config) (string, error)
-	// ensureAgent makes image ref present, importing it from the
-	// filesystem tarball fs when it is not, and returns its ID.
-	ensureAgent(ctx context.Context, ref string, fs []byte) (string, error)
+	// cfg.ImageArchive say, and returns what podvm needs of it.
+	ensureImage(ctx context.Context, cfg Config) (image, error)
+	// local reports whether the containers run on this machine, where
+	// a bind mount reaches the caller's files.
+	local() bool
 	// create creates a container for cfg, carrying labels, and returns
-	// its ID. With agentRef empty it also starts it, PID 1 being Podman's
+	// its ID. With agent nil it also starts it, PID 1 being Podman's
 	// init; otherwise PID 1 is the agent (root, stdin open, stdio not
-	// logged) from image agentRef (an ID) mounted at agentDir, and the container
-	// is left created for attach to start. When it fails, something may
-	// have been made: the caller removes it by label.
-	create(ctx context.Context, cfg Config, labels map[string]string, agentRef string) (string, error)
+	// logged), bind-mounted from agent.hostDir when that is set, and the
+	// container is left created for the caller to put the agent in and
+	// attach. When it fails, something may have been made: the caller
+	// removes it by label.
+	create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error)
 	// attach attaches to the stdio of created container id, then starts
 	// it, and returns the stream: reading it yields the container's
 	// stdout, writing it feeds its stdin. Closing it detaches.
@@ -59,6 +60,12 @@ type process struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
+}
+
+// image is what podvm reads of an image.
+type image struct {
+	Arch string // a GOARCH
+	User string // its default user, "" for root
 }
 
 // container is a container as [driver.list] finds it.

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,16 +60,18 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
+func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
 	if err := a.presentImage(ctx, cfg); err != nil {
-		return "", err
+		return image{}, err
 	}
 	img, err := a.c.ImageInspect(ctx, cfg.Image)
 	if err != nil {
-		return "", apiError("image inspect", cfg.Image, err)
+		return image{}, apiError("image inspect", cfg.Image, err)
 	}
-	return img.Architecture, nil
+	return image{Arch: img.Architecture, User: img.Config.User}, nil
 }
+
+func (a apiDriver) local() bool { return isLocal(a.c.URI()) }
 
 // presentImage applies the pull policy.
 func (a apiDriver) presentImage(ctx context.Context, cfg Config) error {
@@ -95,17 +96,6 @@ func (a apiDriver) presentImage(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (a apiDriver) ensureAgent(ctx context.Context, ref string, fs []byte) (string, error) {
-	img, err := a.c.ImageInspect(ctx, ref)
-	if isNotFound(err) {
-		img.ID, err = a.c.ImageImport(ctx, ref, bytes.NewReader(fs))
-	}
-	if err != nil {
-		return "", apiError("agent image", ref, err)
-	}
-	return img.ID, nil
-}
-
 // loadArchive uploads the config's image archive and checks that it held
 // the image.
 func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
@@ -127,15 +117,17 @@ func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string, agentRef string) (string, error) {
+func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
 	spec := apiSpec(cfg, labels)
-	if agentRef != "" {
+	if agent != nil {
 		spec.Init, spec.Entrypoint, spec.User, spec.Stdin = false, []string{agentPath}, "0:0", true
-		spec.ImageVolumes = []libpod.ImageVolume{{Source: agentRef, Destination: agentDir}}
 		spec.LogConfiguration = &libpod.LogConfig{Driver: "none"}
+		if agent.hostDir != "" {
+			spec.Mounts = append(spec.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})
+		}
 	}
 	id, err := a.c.ContainerCreate(ctx, spec)
-	if err == nil && agentRef == "" {
+	if err == nil && agent == nil {
 		err = a.c.ContainerStart(ctx, id)
 	}
 	if err != nil {

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -66,51 +65,46 @@ func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*e
 	return res, nil
 }
 
-func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
-	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", cfg.Image}}
+func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
+	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}} {{.Config.User}}", cfg.Image}}
+	read := func(res *exec.Result) image {
+		arch, user, _ := strings.Cut(strings.TrimSpace(res.Stdout), " ")
+		return image{Arch: arch, User: user}
+	}
 	if cfg.Pull != PullAlways {
 		res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
 		switch {
 		case err == nil:
-			return strings.TrimSpace(res.Stdout), nil
+			return read(res), nil
 		case !errors.Is(err, ErrImageNotFound):
-			return "", err
+			return image{}, err
 		case cfg.Pull == PullNever && cfg.ImageArchive == "":
-			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, cfg.Image, PullNever)
+			return image{}, fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, cfg.Image, PullNever)
 		}
 	}
 	var err error
 	if cfg.ImageArchive != "" {
 		if _, serr := os.Stat(cfg.ImageArchive); serr != nil {
-			return "", fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, serr)
+			return image{}, fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, serr)
 		}
 		_, err = d.run(ctx, "load", cfg.ImageArchive, exec.Command{Args: []string{"load", "-q", "-i", cfg.ImageArchive}})
 	} else {
 		_, err = d.run(ctx, "pull", cfg.Image, exec.Command{Args: []string{"pull", "-q", cfg.Image}})
 	}
 	if err != nil {
-		return "", err
+		return image{}, err
 	}
 	res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
 	if err != nil {
-		return "", err
+		return image{}, err
 	}
-	return strings.TrimSpace(res.Stdout), nil
+	return read(res), nil
 }
 
-func (d cliDriver) ensureAgent(ctx context.Context, ref string, fs []byte) (string, error) {
-	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Id}}", ref}})
-	if errors.Is(err, ErrImageNotFound) {
-		res, err = d.run(ctx, "import", ref, exec.Command{Args: []string{"import", "-q", "-", ref}, Stdin: bytes.NewReader(fs)})
-	}
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimPrefix(strings.TrimSpace(res.Stdout), "sha256:"), nil
-}
+func (d cliDriver) local() bool { return d.hostIsLocal() }
 
-func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agentRef string) (string, error) {
-	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels, agentRef)})
+func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
+	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels, agent)})
 	if err != nil {
 		return "", err
 	}
@@ -129,12 +123,15 @@ func isContainerID(s string) bool {
 	return err == nil
 }
 
-// runArgs is the argv of `podman run -d` for cfg or, with the agent from
-// image agentRef as PID 1, of `podman create`.
-func runArgs(c Config, labels map[string]string, agentRef string) []string {
+// runArgs is the argv of `podman run -d` for cfg or, with the agent as
+// PID 1, of `podman create`.
+func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 	a := []string{"run", "-d"}
-	if agentRef != "" {
-		a = []string{"create", "-i", "--log-driver", "none", "--mount", "type=image,source=" + agentRef + ",destination=" + agentDir}
+	if agent != nil {
+		a = []string{"create", "-i", "--log-driver", "none"}
+		if agent.hostDir != "" {
+			a = append(a, "-v", agent.hostDir+":"+agentDir+":ro")
+		}
 	}
 	a = append(a, "--pull", string(PullNever)) // ensureImage made it present
 	if c.Name != "" {
@@ -172,13 +169,13 @@ func runArgs(c Config, labels map[string]string, agentRef string) []string {
 	if c.Workdir != "" {
 		a = append(a, "--workdir", c.Workdir)
 	}
-	if c.User != "" && agentRef == "" {
+	if c.User != "" && agent == nil {
 		a = append(a, "--user", c.User) // else the agent runs commands as c.User
 	}
 	for _, e := range c.Env {
 		a = append(a, "--env", e)
 	}
-	if agentRef != "" {
+	if agent != nil {
 		return append(a, "--user", "0:0", "--entrypoint", `["`+agentPath+`"]`, c.Image)
 	}
 	return append(a, "--init", "--entrypoint", initEntrypoint, c.Image)

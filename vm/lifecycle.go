@@ -1,12 +1,12 @@
 package vm
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"sync"
 	"time"
 
@@ -36,6 +36,9 @@ type sandbox struct {
 	d     driver
 	cfg   Config // with defaults
 	token string // value of labelToken on our container
+	// imageUser is the image's default user, whom the agent runs
+	// commands as when cfg.User is empty; set by Create.
+	imageUser string
 
 	st state
 	mu sync.Mutex // serializes Create and Remove; guards the fields below
@@ -75,12 +78,12 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return ErrAlreadyCreated
 	}
 	s.created = true
-	ref, err := s.ensureImages(ctx)
+	mount, err := s.ensureImages(ctx)
 	if err != nil {
 		s.gone = true // nothing was made
 		return err
 	}
-	id, a, err := s.createStarted(ctx, ref)
+	id, a, err := s.createStarted(ctx, mount)
 	if err == nil {
 		s.st.set(id, a)
 		return nil
@@ -105,59 +108,37 @@ func (s *sandbox) Create(ctx context.Context) error {
 	return err
 }
 
-// createStarted creates the container and, with the agent from image
-// agentRef, starts it and connects to the agent. Podman 4.3 now and then
-// fails to mount the agent's image when containers sharing it start and
-// stop at the same moment (`error mounting ... to rootfs at "/.podvm"`):
-// such a container is removed and made anew, up to three times.
-func (s *sandbox) createStarted(ctx context.Context, agentRef string) (string, *agent.Client, error) {
-	for try := 1; ; try++ {
-		id, err := s.createContainer(ctx, agentRef)
-		if err != nil || agentRef == "" {
-			return id, nil, err
-		}
-		a, err := s.startAgent(ctx, id)
-		if err == nil {
-			return id, a, nil
-		}
-		err = fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
-		if try == 3 || !imageMountRace.MatchString(err.Error()) || ctx.Err() != nil {
-			return id, nil, err
-		}
-		if err := s.d.remove(ctx, id); err != nil {
-			return id, nil, err
+// createStarted creates the container and, with the agent, puts the
+// agent in (when it is not bind-mounted), starts the container attached
+// and connects to the agent.
+func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string, *agent.Client, error) {
+	id, err := s.createContainer(ctx, agent)
+	if err != nil || agent == nil {
+		return id, nil, err
+	}
+	if agent.hostDir == "" {
+		if err := s.d.copyIn(ctx, id, "/", bytes.NewReader(agent.fs)); err != nil {
+			return id, nil, fmt.Errorf("vm: create from %s: putting the agent in: %w", s.cfg.Image, err)
 		}
 	}
+	a, err := s.startAgent(ctx, id)
+	if err != nil {
+		return id, nil, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
+	}
+	return id, a, nil
 }
-
-// imageMountRace is Podman's failure to mount the agent's image.
-var imageMountRace = regexp.MustCompile(`error mounting "[^"]*" to rootfs at "` + agentDir + `"`)
 
 // ensureImages makes the config's image present and, unless the config
-// asks for Podman exec sessions, the agent's image for its architecture,
-// whose name it returns.
-func (s *sandbox) ensureImages(ctx context.Context) (string, error) {
-	arch, err := s.d.ensureImage(ctx, s.cfg)
+// asks for Podman exec sessions, returns how the agent for its
+// architecture gets into the sandbox.
+func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
+	img, err := s.d.ensureImage(ctx, s.cfg)
 	if err != nil || s.cfg.PodmanExec {
-		return "", err
+		return nil, err
 	}
-	ref, err := agentImage(arch)
-	if err != nil {
-		return "", err
-	}
-	fs, err := agentTar(arch)
-	if err != nil {
-		return "", err
-	}
-	// The image is mounted by ID: a concurrent import of the same agent,
-	// here or in another process, moves the tag, never the mount.
-	agentImports.Lock()
-	defer agentImports.Unlock()
-	return s.d.ensureAgent(ctx, ref, fs)
+	s.imageUser = img.User
+	return newAgentMount(img.Arch, s.d.local())
 }
-
-// agentImports serializes the agent image's import in this process.
-var agentImports sync.Mutex
 
 // createContainer runs the driver's create to its end even when ctx ends
 // first. A create cut short can still complete in Podman afterwards (the
@@ -167,7 +148,7 @@ var agentImports sync.Mutex
 // ended the create gets cleanupTimeout more to finish; only then is it
 // cancelled. It returns the ID of what it made, if anything, and ctx's
 // error when ctx ended.
-func (s *sandbox) createContainer(ctx context.Context, agentRef string) (string, error) {
+func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
 	labels := s.cfg.labels()
 	labels[labelToken] = s.token
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -180,7 +161,7 @@ func (s *sandbox) createContainer(ctx context.Context, agentRef string) (string,
 	go func() {
 		m := made{err: errors.New("vm: the create did not return")}
 		defer func() { done <- m }() // even when the driver's goroutine exits early
-		m.id, m.err = s.d.create(cctx, s.cfg, labels, agentRef)
+		m.id, m.err = s.d.create(cctx, s.cfg, labels, agent)
 	}()
 	var m made
 	select {
@@ -208,6 +189,11 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.st.markRemoved()
 	defer s.d.close() // nothing else will use what it keeps
+	if a := s.st.agentClient(); a != nil {
+		// No Run may use it now; closing the agent's stdio also makes it
+		// kill everything and exit, whatever the removal does.
+		defer a.Close()
+	}
 	if !s.created || s.gone {
 		return nil
 	}
@@ -215,9 +201,6 @@ func (s *sandbox) Remove(ctx context.Context) error {
 		return err
 	}
 	s.gone = true
-	if a := s.st.agentClient(); a != nil {
-		a.Close() // its container is gone: runs in flight end
-	}
 	return nil
 }
 

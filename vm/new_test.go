@@ -63,6 +63,27 @@ func TestNewSocketThatDoesNotAnswer(t *testing.T) {
 	_, err = vm.New(context.Background(), anyConfig, vm.WithBackend(vm.BackendAPI), vm.WithPingTimeout(300*time.Millisecond))
 	require.ErrorIs(t, err, vm.ErrUnavailable)
 	assert.Contains(t, err.Error(), "unix://"+path+": no answer within 300ms")
+
+	// NewAPIVM too, with a context that never ends.
+	start := time.Now()
+	_, err = vm.NewAPIVM(context.Background(), "unix://"+path, anyConfig, vm.WithPingTimeout(300*time.Millisecond))
+	require.ErrorIs(t, err, vm.ErrUnavailable)
+	assert.Less(t, time.Since(start), 30*time.Second, "bounded by the ping timeout")
+}
+
+// A missing mount source on this machine is a bad config, refused before
+// any socket is probed: no probe is logged, and none is waited for.
+func TestNewRefusesMissingMountBeforeProbing(t *testing.T) {
+	dir := discoveryEnv(t)
+	cfg := anyConfig
+	cfg.Mounts = []vm.Mount{{Source: filepath.Join(dir, "no-such-dir"), Target: "/src"}}
+	for _, opts := range [][]vm.Option{{vm.WithBackend(vm.BackendAPI)}, {vm.WithBackend(vm.BackendAPI), vm.WithURL("unix://" + filepath.Join(dir, "s.sock"))}, nil} {
+		var log bytes.Buffer
+		_, err := vm.New(context.Background(), cfg, append(opts, logTo(&log))...)
+		require.ErrorIs(t, err, vm.ErrInvalidConfig)
+		assert.NotErrorIs(t, err, vm.ErrUnavailable)
+		assert.Empty(t, log.String(), "no probe was made")
+	}
 }
 
 func TestNewFallsBackToTheCLI(t *testing.T) {

@@ -18,28 +18,31 @@ import (
 // recognise Podman's own failure to start a command.
 const sniffBytes = 4 << 10
 
-// Run runs cmd in the sandbox as a Podman exec session and waits for it,
-// keeping the [VM.Run] contract. Its output is split into stdout and
-// stderr as it arrives, into captures capped at cmd.MaxOutput() and the
-// live writers; Stdin is streamed, then closed. The exit status is read
-// once the output has been drained and the session has stopped. A
-// non-zero exit is data, 125 to 127 included; when Podman could not start
-// the command (see the start-failure rule in podman_errors.go), Run
-// returns a nil Result and an error matching [exec.ErrNotFound],
-// [exec.ErrPermission] or [exec.ErrDirNotFound] (Podman's message may
-// have reached a live Stderr writer). Other failures match
-// [ErrNoSuchContainer], [ErrContainerNotRunning], [ErrUnavailable] or
-// [ErrPodman].
+// Run runs cmd in the sandbox and waits for it, keeping the [VM.Run]
+// contract: through podvm's agent (agent.go), or, with
+// [Config.PodmanExec], as a Podman exec session. Its output is split into
+// stdout and stderr as it arrives, into captures capped at
+// cmd.MaxOutput() and the live writers; Stdin is streamed, then closed.
+// The exit status is read once the output has been drained and the
+// command has ended. A non-zero exit is data, 125 to 127 included; when
+// the command could not start, Run returns a nil Result and an error
+// matching [exec.ErrNotFound], [exec.ErrPermission] or
+// [exec.ErrDirNotFound]. Other failures match [ErrNoSuchContainer],
+// [ErrContainerNotRunning], [ErrUnavailable] or [ErrPodman]; per-command
+// limits (Command.MaxMemoryBytes and the like) are refused with
+// [exec.ErrUnsupported]: the sandbox's Config bounds every run.
 //
-// Podman carries argv, env and the working directory as JSON strings, so
-// a command with bytes that are not UTF-8 in them is refused with
-// [exec.ErrInvalidCommand] before anything runs, never altered.
+// Through the agent, argv, env and output are carried byte for byte and
+// Result.Usage is filled. A Podman exec session carries argv, env and the
+// working directory as JSON strings, so on that path a command with bytes
+// that are not UTF-8 in them is refused with [exec.ErrInvalidCommand]
+// before anything runs, never altered, and Result.Usage is nil.
 //
 // When the timeout or ctx stops the run, every process the command
-// started is killed inside the sandbox (see kill.go) and Run returns the
-// partial Result with TimedOut set and an error matching
-// [context.DeadlineExceeded] or [context.Canceled], within the timeout
-// plus [KillGrace]; a kill that could not finish is part of the error.
+// started is killed inside the sandbox and Run returns the partial Result
+// with TimedOut set and an error matching [context.DeadlineExceeded] or
+// [context.Canceled], within the timeout plus [KillGrace]; a kill that
+// could not finish is part of the error.
 func (s *sandbox) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
 	res, err := s.run(ctx, cmd)
 	return s.st.ended(cmd.Name, res, err)

@@ -35,7 +35,7 @@ var (
 
 // KillWait bounds how long Run waits, after its context ended, for the
 // agent's report that every process of the run is dead.
-const KillWait = 10 * time.Second
+const KillWait = 5 * time.Second
 
 // Request is one command for the agent to run.
 type Request struct {
@@ -66,6 +66,9 @@ type Exit struct {
 	Leftovers int
 	// Usage is what the kernel accounted for every process of the run.
 	Usage exec.Usage
+	// Reported is set when the agent reported the run's end: Code and
+	// Usage are what it said, not unknown.
+	Reported bool
 }
 
 // Info is the agent's view of itself, from its handshake.
@@ -106,7 +109,7 @@ func NewClient(rw io.ReadWriteCloser) (*Client, error) {
 	f, err := wire.Read(br)
 	if err != nil {
 		rw.Close()
-		return nil, fmt.Errorf("%w: reading the handshake: %v", ErrChannelClosed, err)
+		return nil, fmt.Errorf("%w: reading the handshake: %w", ErrChannelClosed, err)
 	}
 	h, err := wire.DecodeHello(f.Payload)
 	if err == nil && f.Type != wire.Hello {
@@ -432,32 +435,46 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
 		_ = c.send(wire.Frame{Type: wire.Kill, ID: r.id})
-		// The caller has left: what the agent still sends is dropped.
-		for i := range r.out {
-			s := &r.out[i]
-			s.mu.Lock()
-			s.discard = true
-			s.mu.Unlock()
-		}
 		t := time.NewTimer(KillWait)
 		defer t.Stop()
 		select {
 		case <-r.exited:
 		case <-c.dead:
 		case <-t.C:
+			r.leave()
 			return unknown, errors.Join(ctxErr, fmt.Errorf("%w: no report %v after the kill", ErrNotKilled, KillWait))
 		}
 	}
 	select {
 	case <-r.exited:
 	default: // the channel failed
+		r.leave()
 		return unknown, errors.Join(ctxErr, c.err)
 	}
-	if ctxErr == nil {
-		<-r.out[0].done
-		<-r.out[1].done
+	if ctxErr != nil {
+		r.leave()
 	}
-	return r.result(ctxErr)
+	<-r.out[0].done
+	<-r.out[1].done
+	ex, err := r.result(ctxErr)
+	ex.Reported = true
+	return ex, err
+}
+
+// leave drops what the agent still sends for the run, the caller having
+// left, and waits for the delivery goroutines to be done with the
+// caller's Writers (one Write in progress at most), so that nothing
+// writes to them once Run has returned.
+func (r *clientRun) leave() {
+	for i := range r.out {
+		s := &r.out[i]
+		s.mu.Lock()
+		s.discard, s.closed = true, true
+		s.cond.Signal()
+		s.mu.Unlock()
+	}
+	<-r.out[0].done
+	<-r.out[1].done
 }
 
 func (r *clientRun) result(ctxErr error) (Exit, error) {

@@ -71,26 +71,13 @@ func (c *Client) ImageLoad(ctx context.Context, r io.Reader) ([]string, error) {
 	return out.Names, err
 }
 
-// ImageImport makes image ref from the filesystem tarball r, as `podman
-// import` does, and returns the new image's ID.
-func (c *Client) ImageImport(ctx context.Context, ref string, r io.Reader) (string, error) {
-	const op = "image import"
-	resp, err := c.do(ctx, request{op: op, method: http.MethodPost, path: "/images/import", body: r,
-		query: url.Values{"reference": {ref}}, header: http.Header{"Content-Type": {"application/x-tar"}}})
-	if err != nil {
-		return "", err
-	}
-	var out struct {
-		ID string `json:"Id"`
-	}
-	err = decode(op, resp, &out)
-	return out.ID, err
-}
-
 // ImageInfo is what podvm reads of an image's inspect.
 type ImageInfo struct {
 	ID           string `json:"Id"`
 	Architecture string // a GOARCH
+	Config       struct {
+		User string // the default user, "" for root
+	}
 }
 
 // ImageInspect returns what the service knows of image ref.

@@ -2,6 +2,7 @@ package libpod
 
 import (
 	"context"
+	"errors"
 	"io"
 	"regexp"
 	"sync/atomic"
@@ -14,6 +15,10 @@ import (
 const (
 	pollFirst = 100 * time.Millisecond
 	pollMax   = time.Second
+	// notSeenGrace is how long a stream stays open once the inspect says
+	// a process never seen running does not run: a slow start (the pids
+	// limit) looks the same until it starts.
+	notSeenGrace = 10 * time.Second
 )
 
 // Exec runs one exec session in container id to its end: it creates and
@@ -43,7 +48,11 @@ func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.R
 	}
 	s, err := c.ExecStart(ctx, execID)
 	if err != nil {
-		return -1, "", err // it never started
+		var e *Error
+		if errors.As(err, &e) && e.Status != 0 {
+			return -1, "", err // the service refused: it never started
+		}
+		return -1, execID, err // it may have started
 	}
 	ss := &session{id: execID, s: s, done: make(chan struct{})}
 	if stdin != nil {
@@ -122,6 +131,13 @@ func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration) (
 			}
 			drained = true
 		case <-hang:
+			if st, err := c.ExecInspect(ctx, ss.id); err == nil && st.Running {
+				// It had not started yet: it runs now.
+				ss.output.Store(true)
+				hang = nil
+				poll.Reset(every)
+				continue
+			}
 			drained = true // the process is gone; what holds its stream is not waited for
 		case <-ctx.Done():
 			return -1, ctx.Err()
@@ -130,8 +146,14 @@ func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration) (
 			if err == nil && st.Running {
 				ss.output.Store(true) // seen running: it has started
 			}
-			if err == nil && !st.Running && ss.output.Load() {
-				hang = time.After(grace)
+			if err == nil && !st.Running {
+				// A process never seen running may not have started yet;
+				// it gets longer before its stream is given up.
+				wait := grace
+				if !ss.output.Load() {
+					wait = notSeenGrace
+				}
+				hang = time.After(wait)
 				continue
 			}
 			every = min(2*every, pollMax)
