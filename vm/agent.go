@@ -187,11 +187,9 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 	}
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
-	user := s.cfg.User
-	if user == "" {
-		user = s.imageUser // the container's user is root: the agent's
-	}
-	req := agent.Request{Argv: append([]string{cmd.Name}, cmd.Args...), Env: exec.MergeEnv(nil, cmd.Env), Dir: dir, User: user}
+	// The agent runs as the container's user (Config.User, else the
+	// image's), and so does every command: one uid for the whole run.
+	req := agent.Request{Argv: append([]string{cmd.Name}, cmd.Args...), Env: exec.MergeEnv(nil, cmd.Env), Dir: dir}
 	ex, err := c.Run(runCtx, req, cmd.Stdin, stdout, stderr)
 	var usage *exec.Usage
 	if ex.Reported {
@@ -207,6 +205,8 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	case errors.Is(err, agent.ErrUnknownUser):
 		return nil, fmt.Errorf("%w: %s: %w", ErrPodman, cmd.Name, err)
+	case errors.Is(err, agent.ErrChannelClosed) && !ex.Started:
+		return nil, s.channelClosed(ctx, cmd.Name, err)
 	case errors.Is(err, agent.ErrChannelClosed):
 		// What arrived before the channel closed is kept.
 		return result(stdout, stderr, -1, start), s.channelClosed(ctx, cmd.Name, err)

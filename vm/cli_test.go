@@ -101,7 +101,7 @@ func created(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockEx
 
 // inspectArch is Create's first podman command: the image is present,
 // of this architecture.
-var inspectArch = exec.Command{Name: "podman", Args: []string{"image", "inspect", "--format", "{{.Architecture}} {{.Config.User}}", "img"}, MaxOutputBytes: errCapture}
+var inspectArch = exec.Command{Name: "podman", Args: []string{"image", "inspect", "--format", "{{.Architecture}}", "img"}, MaxOutputBytes: errCapture}
 
 // ownLabels are the argv of podvm's labels, sorted, as the tests expect
 // them for this process.

@@ -22,8 +22,8 @@ type driver interface {
 	local() bool
 	// create creates a container for cfg, carrying labels, and returns
 	// its ID. With agent nil it also starts it, PID 1 being Podman's
-	// init; otherwise PID 1 is the agent (root, stdin open, stdio not
-	// logged), bind-mounted from agent.hostDir when that is set, and the
+	// init; otherwise PID 1 is the agent (as the container's user, stdin
+	// open, stdio not logged), bind-mounted from agent.hostDir when that is set, and the
 	// container is left created for the caller to put the agent in and
 	// attach. When it fails, something may have been made: the caller
 	// removes it by label.
@@ -65,7 +65,6 @@ type process struct {
 // image is what podvm reads of an image.
 type image struct {
 	Arch string // a GOARCH
-	User string // its default user, "" for root
 }
 
 // container is a container as [driver.list] finds it.

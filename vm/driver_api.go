@@ -68,7 +68,7 @@ func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
 	if err != nil {
 		return image{}, apiError("image inspect", cfg.Image, err)
 	}
-	return image{Arch: img.Architecture, User: img.Config.User}, nil
+	return image{Arch: img.Architecture}, nil
 }
 
 func (a apiDriver) local() bool { return isLocal(a.c.URI()) }
@@ -120,7 +120,7 @@ func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
 func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
 	spec := apiSpec(cfg, labels)
 	if agent != nil {
-		spec.Init, spec.Entrypoint, spec.User, spec.Stdin = false, []string{agentPath}, "0:0", true
+		spec.Init, spec.Entrypoint, spec.Stdin = false, []string{agentPath}, true
 		spec.LogConfiguration = &libpod.LogConfig{Driver: "none"}
 		if agent.hostDir != "" {
 			spec.Mounts = append(spec.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})

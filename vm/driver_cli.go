@@ -66,11 +66,8 @@ func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*e
 }
 
 func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
-	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}} {{.Config.User}}", cfg.Image}}
-	read := func(res *exec.Result) image {
-		arch, user, _ := strings.Cut(strings.TrimSpace(res.Stdout), " ")
-		return image{Arch: arch, User: user}
-	}
+	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", cfg.Image}}
+	read := func(res *exec.Result) image { return image{Arch: strings.TrimSpace(res.Stdout)} }
 	if cfg.Pull != PullAlways {
 		res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
 		switch {
@@ -169,14 +166,14 @@ func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 	if c.Workdir != "" {
 		a = append(a, "--workdir", c.Workdir)
 	}
-	if c.User != "" && agent == nil {
-		a = append(a, "--user", c.User) // else the agent runs commands as c.User
+	if c.User != "" {
+		a = append(a, "--user", c.User)
 	}
 	for _, e := range c.Env {
 		a = append(a, "--env", e)
 	}
 	if agent != nil {
-		return append(a, "--user", "0:0", "--entrypoint", `["`+agentPath+`"]`, c.Image)
+		return append(a, "--entrypoint", `["`+agentPath+`"]`, c.Image)
 	}
 	return append(a, "--init", "--entrypoint", initEntrypoint, c.Image)
 }

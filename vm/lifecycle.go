@@ -36,9 +36,6 @@ type sandbox struct {
 	d     driver
 	cfg   Config // with defaults
 	token string // value of labelToken on our container
-	// imageUser is the image's default user, whom the agent runs
-	// commands as when cfg.User is empty; set by Create.
-	imageUser string
 
 	st state
 	mu sync.Mutex // serializes Create and Remove; guards the fields below
@@ -136,7 +133,6 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
-	s.imageUser = img.User
 	return newAgentMount(img.Arch, s.d.local())
 }
 

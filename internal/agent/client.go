@@ -66,6 +66,9 @@ type Exit struct {
 	Leftovers int
 	// Usage is what the kernel accounted for every process of the run.
 	Usage exec.Usage
+	// Started is set once the run was sent to the agent: the command
+	// may have run.
+	Started bool
 	// Reported is set when the agent reported the run's end: Code and
 	// Usage are what it said, not unknown.
 	Reported bool
@@ -422,6 +425,7 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 	if err := c.send(frames...); err != nil {
 		return unknown, err
 	}
+	unknown.Started = true
 	go r.out[0].deliver()
 	go r.out[1].deliver()
 	if stdin != nil {
@@ -457,7 +461,7 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 	<-r.out[0].done
 	<-r.out[1].done
 	ex, err := r.result(ctxErr)
-	ex.Reported = true
+	ex.Started, ex.Reported = true, true
 	return ex, err
 }
 
