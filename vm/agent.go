@@ -42,6 +42,7 @@ const (
 // as the tar stream fs (a remote service, which the caller's disk cannot
 // reach).
 type agentMount struct {
+	arch    string
 	hostDir string
 	fs      []byte
 }
@@ -55,7 +56,7 @@ func newAgentMount(arch string, local bool) (*agentMount, error) {
 	}
 	if local {
 		if dir, err := agentHostDir(arch, strings.TrimPrefix(d, "sha256:")[:16]); err == nil {
-			return &agentMount{hostDir: dir}, nil
+			return &agentMount{arch: arch, hostDir: dir}, nil
 		}
 		// No cache directory to write: copy it in, as for a remote service.
 	}
@@ -63,7 +64,7 @@ func newAgentMount(arch string, local bool) (*agentMount, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &agentMount{fs: fs}, nil
+	return &agentMount{arch: arch, fs: fs}, nil
 }
 
 var agentFiles sync.Map // arch → the directory agentHostDir made

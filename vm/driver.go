@@ -17,9 +17,11 @@ type driver interface {
 	// ensureImage makes cfg.Image present as cfg.Pull and
 	// cfg.ImageArchive say, and returns what podvm needs of it.
 	ensureImage(ctx context.Context, cfg Config) (image, error)
-	// local reports whether the containers run on this machine, where
-	// a bind mount reaches the caller's files.
-	local() bool
+	// local reports whether the containers may run on this machine,
+	// where a bind mount could reach the caller's files, and names the
+	// service for remembering that it does not (a unix socket can lead
+	// to another filesystem: a VM, another mount namespace).
+	local() (bool, string)
 	// create creates a container for cfg, carrying labels, and returns
 	// its ID. With agent nil it also starts it, PID 1 being Podman's
 	// init; otherwise PID 1 is the agent (as the container's user, stdin

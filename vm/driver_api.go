@@ -71,7 +71,7 @@ func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
 	return image{Arch: img.Architecture}, nil
 }
 
-func (a apiDriver) local() bool { return isLocal(a.c.URI()) }
+func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
 
 // presentImage applies the pull policy.
 func (a apiDriver) presentImage(ctx context.Context, cfg Config) error {

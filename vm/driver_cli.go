@@ -98,7 +98,9 @@ func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
 	return read(res), nil
 }
 
-func (d cliDriver) local() bool { return d.hostIsLocal() }
+func (d cliDriver) local() (bool, string) {
+	return d.hostIsLocal(), d.podman + " " + strings.Join(d.global, " ") + " " + os.Getenv("CONTAINER_HOST")
+}
 
 func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
 	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels, agent)})

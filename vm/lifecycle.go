@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,6 +111,19 @@ func (s *sandbox) Create(ctx context.Context) error {
 // and connects to the agent.
 func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string, *agent.Client, error) {
 	id, err := s.createContainer(ctx, agent)
+	if err != nil && agent != nil && agent.hostDir != "" && strings.Contains(err.Error(), agent.hostDir) {
+		// The service cannot see the caller's disk after all: copy the
+		// agent in, now and from now on for this service.
+		_, service := s.d.local()
+		agentUnmountable.Store(service, true)
+		if rmErr := s.removeMade(ctx, id); rmErr != nil {
+			return id, nil, errors.Join(err, rmErr)
+		}
+		if agent, err = newAgentMount(agent.arch, false); err != nil {
+			return "", nil, err
+		}
+		id, err = s.createContainer(ctx, agent)
+	}
 	if err != nil || agent == nil {
 		return id, nil, err
 	}
@@ -133,8 +147,16 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
-	return newAgentMount(img.Arch, s.d.local())
+	local, service := s.d.local()
+	if _, no := agentUnmountable.Load(service); no {
+		local = false
+	}
+	return newAgentMount(img.Arch, local)
 }
+
+// agentUnmountable holds the services whose containers turned out not to
+// see the caller's disk: the agent is copied into their sandboxes.
+var agentUnmountable sync.Map
 
 // createContainer runs the driver's create to its end even when ctx ends
 // first. A create cut short can still complete in Podman afterwards (the

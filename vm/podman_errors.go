@@ -38,8 +38,9 @@ var podmanMessages = []struct {
 	{regexp.MustCompile(`could not be found on container|destination must be a directory when copying from stdin`), fs.ErrNotExist},
 	// The service.
 	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket`), ErrUnavailable},
-	// Known, with no better sentinel than ErrPodman.
-	{regexp.MustCompile(`unable to find user`), ErrPodman},
+	// Known, with no better sentinel than ErrPodman: podman-remote could
+	// not deliver a Stdin the command did not read, and lost its status.
+	{regexp.MustCompile(`unable to find user|Failed to write input to service`), ErrPodman},
 }
 
 // recognise returns the error of the first of podmanMessages found in
@@ -77,7 +78,7 @@ func startFailure(name string, code int, stdoutTotal int64, stderrHead string, s
 	}
 	lines := strings.Split(strings.TrimSpace(stderrHead), "\n")
 	for _, l := range lines {
-		if !strings.HasPrefix(l, "Error: ") && !strings.HasPrefix(l, "Cannot connect to Podman") {
+		if !podmanLine.MatchString(l) {
 			return nil
 		}
 	}
@@ -85,8 +86,19 @@ func startFailure(name string, code int, stdoutTotal int64, stderrHead string, s
 	if sentinel == nil || sentinel == fs.ErrNotExist {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(lines[0], "Error: "))
+	msg := lines[0]
+	for _, l := range lines {
+		if strings.HasPrefix(l, "Error: ") {
+			msg = l
+			break
+		}
+	}
+	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(msg, "Error: "))
 }
+
+// podmanLine is a line Podman itself prints on a failure: its error, the
+// CLI's notice that it cannot connect, a podman-remote log line.
+var podmanLine = regexp.MustCompile(`^(Error: |Cannot connect to Podman|time="[^"]*" level=(error|warning) msg=)`)
 
 // CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,
 // next to the sentinel it was mapped to, so that [errors.As] reaches what

@@ -104,7 +104,7 @@ func (s seenWriter) Write(p []byte) (int, error) {
 // attachReset is the line Podman 4.3 writes on an exec's stderr when the
 // process exited while stdin was still being sent to it: the service's
 // own noise, not the command's.
-var attachReset = regexp.MustCompile(`^Error: write unixpacket [^\n]*/attach: write: (connection reset by peer|broken pipe)\n$`)
+var attachReset = regexp.MustCompile(`^Error: (read|write) unixpacket [^\n]*/attach: (read|write): (connection reset by peer|broken pipe)\n$`)
 
 // dropAttachReset drops a stderr frame that is Podman's attachReset line.
 type dropAttachReset struct{ w io.Writer }
