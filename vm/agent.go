@@ -206,11 +206,11 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	case errors.Is(err, agent.ErrUnknownUser):
 		return nil, fmt.Errorf("%w: %s: %w", ErrPodman, cmd.Name, err)
-	case errors.Is(err, agent.ErrChannelClosed) && !ex.Started:
-		return nil, s.channelClosed(ctx, cmd.Name, err)
-	case errors.Is(err, agent.ErrChannelClosed):
+	case errors.Is(err, agent.ErrChannelClosed) && ex.Started && stdout.Total()+stderr.Total() > 0:
 		// What arrived before the channel closed is kept.
 		return result(stdout, stderr, -1, start), s.channelClosed(ctx, cmd.Name, err)
+	case errors.Is(err, agent.ErrChannelClosed):
+		return nil, s.channelClosed(ctx, cmd.Name, err)
 	case ex.Code < 0:
 		return nil, agentError(cmd.Name, err)
 	}
