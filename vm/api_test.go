@@ -92,7 +92,7 @@ func TestAPIErrorMapping(t *testing.T) {
 		{"exec-start-unknown-user", "POST /exec/{id}/start",
 			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, ErrPodman},
 		{"exec-inspect-no-such-session", "GET /exec/{id}/json",
-			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, ErrPodman},
+			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, ErrNoSuchContainer}, // sessions go with their container
 		{"archive-put-not-a-dir", "PUT /containers/{id}/archive",
 			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, ErrPodman},
 		{"exec-remove", "POST /exec/{id}/remove",
