@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -296,6 +297,7 @@ func (b *bench) execRoundTrips(ctx context.Context) error {
 		}
 	}
 	alts = append(alts,
+		alt{name: nameHost, op: hostRoundTrip(exec.NewCommandExecutor())},
 		alt{name: nameCLIExec, op: b.p.execRoundTrip(b.base)},
 		alt{name: nameBindings, op: b.bind.execRoundTrip(b.base)},
 		b.runcAlt(nameRunc, func(r *runc) op { return r.execRoundTrip(b.base) }),

@@ -55,6 +55,18 @@ func vmRoundTrip(v vm.VM) op {
 	}
 }
 
+// hostRoundTrip runs the round trip on the host through x: what the
+// command costs with no sandbox at all.
+func hostRoundTrip(x exec.Executor) op {
+	return func(ctx context.Context) error {
+		res, err := x.Run(ctx, roundTripCommand)
+		if err != nil {
+			return err
+		}
+		return checkRoundTrip(res.Stdout, res.Stderr, res.ExitCode)
+	}
+}
+
 // vmTrue runs /bin/true with v.Run: the least a command costs.
 func vmTrue(v vm.VM) op {
 	return func(ctx context.Context) error {

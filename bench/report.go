@@ -16,6 +16,7 @@ const (
 	nameCLIExec        = "`podman exec` (a process)"
 	nameBindings       = "bindings: ExecCreate + ExecStartAndAttach + ExecInspect"
 	nameRunc           = "`runc exec` (the floor)"
+	nameHost           = "the same command on the host, `exec.CommandExecutor` (no sandbox)"
 	nameCLIPair        = "`podman run -d` + `podman exec` + `podman rm -f -t 0`"
 	nameBindingsLife   = "bindings: NewConnection + CreateWithSpec + Start + exec + Remove"
 	nameCLIStream      = "`podman exec … > /dev/null`"
@@ -300,7 +301,10 @@ func (b *bench) reportTargets(w io.Writer) {
 		return fmt.Sprintf("the service's exec path: runc alone takes %s of the %s", ms(floor.p50()), ms(x.p50()))
 	}
 	agentNote := func(x, _ *series) string {
-		return fmt.Sprintf("the machine: the agent's round trip is a fork, exec and wait in the sandbox plus a frame each way (%s here); a host os/exec of the same costs about as much", ms(x.p50()))
+		if h := find(b.execRes, nameHost); h != nil {
+			return fmt.Sprintf("the machine: the same command run on the host, with no sandbox, takes %s p50 in this run against the agent's %s", ms(h.p50()), ms(x.p50()))
+		}
+		return fmt.Sprintf("the machine: the agent's round trip is a fork, exec and wait in the sandbox plus a frame each way (%s here)", ms(x.p50()))
 	}
 	for _, name := range []string{nameAPIVM, nameCLIVM} {
 		short := strings.TrimPrefix(name, "podvm ")
