@@ -36,7 +36,7 @@ func apiVM(podmanExec bool) func(context.Context, string, vm.Config) (vm.VM, err
 func cliVM(podmanExec bool) func(context.Context, string, vm.Config) (vm.VM, error) {
 	return func(_ context.Context, host string, cfg vm.Config) (vm.VM, error) {
 		cfg.PodmanExec = podmanExec
-		return vm.NewCLIVM(cfg, exec.NewCommandExecutor(), vm.WithURL(host))
+		return vm.NewCLIVM(cfg, nil, vm.WithURL(host)) // its default executor
 	}
 }
 

@@ -56,7 +56,7 @@ func newCLIVM(cfg Config, d cliDriver) (*CLIVM, error) {
 // newCLIDriver is the CLI driver the options describe.
 func newCLIDriver(x exec.Executor, o options) (cliDriver, error) {
 	if x == nil {
-		x = exec.NewCommandExecutor()
+		x = podmanExecutor()
 	}
 	d := cliDriver{x: x, podman: o.podman}
 	if o.url != "" {
@@ -69,6 +69,14 @@ func newCLIDriver(x exec.Executor, o options) (cliDriver, error) {
 		return d, fmt.Errorf("%w: podman URL %q", ErrInvalidConfig, o.url)
 	}
 	return d, nil
+}
+
+// podmanExecutor is the executor CLIVM runs podman through by default.
+// Podman is not the untrusted command: it starts conmon, which must
+// outlive it, so a run is contained by its process group alone (conmon
+// leaves it), never killed as a cgroup or a subreaper's tree.
+func podmanExecutor(opts ...exec.Option) exec.Executor {
+	return exec.NewCommandExecutor(append(opts, exec.WithContainment(exec.ContainProcessGroup))...)
 }
 
 // hostIsLocal reports whether podman runs its containers on this machine.

@@ -33,7 +33,7 @@ func cliMode(env podmantest.Env) (exec.Executor, []vm.Option) {
 			local = append(local, kv)
 		}
 	}
-	return exec.NewCommandExecutor(exec.WithBaseEnv(local)), nil
+	return exec.NewCommandExecutor(exec.WithBaseEnv(local), exec.WithContainment(exec.ContainProcessGroup)), nil
 }
 
 // podman runs the podman CLI against env's service, outside any VM, to

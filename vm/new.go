@@ -155,7 +155,7 @@ func (o options) cliDriver(fallback bool) (cliDriver, error) {
 		if fallback && o.url == "" {
 			env = withoutVars(env, "CONTAINER_HOST", "CONTAINER_CONNECTION")
 		}
-		x = exec.NewCommandExecutor(exec.WithBaseEnv(env))
+		x = podmanExecutor(exec.WithBaseEnv(env))
 	}
 	return newCLIDriver(x, o)
 }

@@ -48,10 +48,13 @@ func WithURL(uri string) Option { return func(o *options) { o.url = uri } }
 func WithPodman(path string) Option { return func(o *options) { o.podman = path } }
 
 // WithExecutor sets the executor through which the CLI backend runs
-// podman. The default is a host [exec.CommandExecutor] whose environment
-// is the process's, without CONTAINER_HOST and CONTAINER_CONNECTION when
-// New falls back from a socket that did not answer (they would send
-// podman to that same socket).
+// podman. The default is a host [exec.CommandExecutor] contained by
+// process group only (podman's conmon must outlive the podman process
+// that started it), whose environment is the process's, without
+// CONTAINER_HOST and CONTAINER_CONNECTION when New falls back from a
+// socket that did not answer (they would send podman to that same
+// socket). An executor of your own should not kill what podman leaves
+// behind either.
 func WithExecutor(x exec.Executor) Option { return func(o *options) { o.x = x } }
 
 // WithLogger receives New's choice of backend and the reasons for it, and

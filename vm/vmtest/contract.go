@@ -80,15 +80,15 @@ func contractCases() []testCase {
 		{Name: "stdin/unread", Promise: "a large Stdin the command never reads does not change its exit status",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				in := bytes.NewReader(make([]byte, 64<<20))
-				res, err, o := run(ctx, v, "64MiB unread", exec.Command{Name: "sh", Args: []string{"-c", "exit 3"}, Stdin: in})
+				res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "exit 3"}, Stdin: in})
 				if errors.Is(err, vm.ErrPodman) && res == nil && strings.Contains(err.Error(), "unixpacket") {
 					// podman-remote's exec loses the status here: a known
 					// limit of CLIVM over a remote client with PodmanExec,
 					// said as an error, never as a wrong status.
-					return []observation{observe("64MiB unread", nil, vm.ErrPodman)}
+					return []observation{outcome("64MiB unread", "the status, or an error saying it was lost")}
 				}
 				want(t, res, err, "", "", 3)
-				return []observation{o}
+				return []observation{outcome("64MiB unread", "the status, or an error saying it was lost")}
 			}},
 		{Name: "timeout/no-shell", Promise: "in an image without /bin/sh a timeout still returns on time; a kill that cannot be done is reported",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
