@@ -94,6 +94,12 @@ func (s *sandbox) Create(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	rmErr := s.removeMade(cctx, id)
+	// A container caught mid-start (a start that ctx cut short goes on in
+	// the service) may refuse its removal for a moment: try again.
+	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && cctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		rmErr = s.removeMade(cctx, id)
+	}
 	switch {
 	case rmErr == nil:
 	case errors.Is(err, ErrUnavailable) && errors.Is(rmErr, ErrUnavailable):
