@@ -28,7 +28,7 @@ var podmanMessages = []struct {
 	{regexp.MustCompile(`OCI runtime attempted to invoke a command that was not found`), exec.ErrNotFound},
 	{regexp.MustCompile(`OCI permission denied`), exec.ErrPermission},
 	// The container.
-	{regexp.MustCompile(`no such container|no container with name or ID|container ".*" does not exist|no such exec session`), ErrNoSuchContainer},
+	{regexp.MustCompile(`no such container|no container with name or ID|container ".*" does not exist|no such exec session|container has already been removed`), ErrNoSuchContainer},
 	{regexp.MustCompile(`container state improper|container [^ ]+ is not running`), ErrContainerNotRunning},
 	{regexp.MustCompile(`that name is already in use`), ErrNameInUse},
 	// The image: absent under --pull never, or no registry gave it.
