@@ -36,19 +36,9 @@ type Spec struct {
 	ResourceLimits     *Resources `json:"resource_limits,omitempty"`
 	// Stdin keeps the container's stdin open, for an attached client.
 	Stdin bool `json:"stdin,omitempty"`
-	// ImageVolumes mount images' root filesystems into the container.
-	ImageVolumes []ImageVolume `json:"image_volumes,omitempty"`
 	// LogConfiguration chooses the log driver ("none": stdio is not
 	// logged).
 	LogConfiguration *LogConfig `json:"log_configuration,omitempty"`
-}
-
-// ImageVolume mounts the root filesystem of image Source at Destination,
-// read-only unless ReadWrite.
-type ImageVolume struct {
-	Source      string `json:"Source"`
-	Destination string `json:"Destination"`
-	ReadWrite   bool   `json:"ReadWrite,omitempty"`
 }
 
 // LogConfig is a container's logging.

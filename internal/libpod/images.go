@@ -73,11 +73,7 @@ func (c *Client) ImageLoad(ctx context.Context, r io.Reader) ([]string, error) {
 
 // ImageInfo is what podvm reads of an image's inspect.
 type ImageInfo struct {
-	ID           string `json:"Id"`
 	Architecture string // a GOARCH
-	Config       struct {
-		User string // the default user, "" for root
-	}
 }
 
 // ImageInspect returns what the service knows of image ref.
