@@ -142,7 +142,7 @@ func (p *Parent) sweep() {
 		if _, err := os.Stat("/proc/" + pidStr); err == nil || !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1}).Remove()
+		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1, cpu: -1, peak: -1}).Remove()
 	}
 }
 
@@ -158,6 +158,10 @@ type Run struct {
 	dir    string
 	fd     int  // O_PATH descriptor of dir, for clone's CLONE_INTO_CGROUP
 	memory bool // it has the memory controller
+
+	// cpu.stat and memory.peak, opened when the cgroup is made so that the
+	// usage read at the end of a run costs no path walk (-1: not open).
+	cpu, peak int
 }
 
 // New creates an empty run cgroup with the given limits. The caller must
@@ -168,13 +172,19 @@ func (p *Parent) New(l Limits) (*Run, error) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
 	}
 	name := "podvm-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
-	r := &Run{dir: p.dir + "/" + name, fd: -1, memory: p.memory}
+	r := &Run{dir: p.dir + "/" + name, fd: -1, cpu: -1, peak: -1, memory: p.memory}
 	if err := unix.Mkdir(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})
 	}
 	err := r.limit(l)
 	if err == nil {
 		r.fd, err = unix.Open(r.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	if err == nil {
+		r.cpu, err = unix.Openat(r.fd, "cpu.stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err == nil && r.memory {
+		r.peak, _ = unix.Openat(r.fd, "memory.peak", unix.O_RDONLY|unix.O_CLOEXEC, 0) // Linux 5.19+
 	}
 	if err != nil {
 		r.Remove()
@@ -211,7 +221,7 @@ func (r *Run) Kill() { _ = write(filepath.Join(r.dir, "cgroup.kill"), "1") }
 // controller (memory.peak, Linux 5.19+).
 func (r *Run) Usage() (user, system time.Duration, peak int64) {
 	var buf [1024]byte
-	data := read(filepath.Join(r.dir, "cpu.stat"), buf[:])
+	data := r.read(r.cpu, "cpu.stat", buf[:])
 	for line := range strings.Lines(string(data)) {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
 		n, _ := strconv.ParseInt(v, 10, 64)
@@ -224,7 +234,7 @@ func (r *Run) Usage() (user, system time.Duration, peak int64) {
 	}
 	peak = -1
 	if r.memory {
-		if n, err := strconv.ParseInt(string(bytes.TrimSpace(read(filepath.Join(r.dir, "memory.peak"), buf[:]))), 10, 64); err == nil {
+		if n, err := strconv.ParseInt(string(bytes.TrimSpace(r.read(r.peak, "memory.peak", buf[:]))), 10, 64); err == nil {
 			peak = n
 		}
 	}
@@ -262,11 +272,8 @@ func (r *Run) Wait() error {
 // to be empty, returns its usage (see [Run.Usage]) and removes it. The
 // common case, a cgroup already empty, costs one read and one rmdir.
 func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
-	if r.fd >= 0 {
-		unix.Close(r.fd)
-		r.fd = -1
-	}
 	user, system, peak = r.Usage()
+	r.close()
 	err = unix.Rmdir(r.dir)
 	if errors.Is(err, unix.EBUSY) { // processes or cgroups left: the uncommon case
 		if err = r.Wait(); err != nil {
@@ -284,10 +291,7 @@ func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
 // Remove removes the cgroup, first killing what is left in it and waiting
 // for it to be empty.
 func (r *Run) Remove() error {
-	if r.fd >= 0 {
-		unix.Close(r.fd)
-		r.fd = -1
-	}
+	r.close()
 	err := unix.Rmdir(r.dir)
 	if errors.Is(err, unix.EBUSY) {
 		if err = r.Wait(); err == nil {
@@ -298,6 +302,30 @@ func (r *Run) Remove() error {
 		return fmt.Errorf("cgroup: removing %s: %w", r.dir, err)
 	}
 	return nil
+}
+
+// close closes the descriptors the run holds on its cgroup; after it,
+// [Run.Usage] reads the files by path.
+func (r *Run) close() {
+	for _, fd := range []*int{&r.fd, &r.cpu, &r.peak} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// read reads the cgroup file name through fd, its descriptor, or by path
+// when it has none, into buf; nil when it cannot.
+func (r *Run) read(fd int, name string, buf []byte) []byte {
+	if fd < 0 {
+		return read(filepath.Join(r.dir, name), buf)
+	}
+	n, err := unix.Pread(fd, buf, 0)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
 }
 
 // removeTree removes an empty cgroup and the cgroups the run made under
