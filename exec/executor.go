@@ -176,16 +176,9 @@ func (e *CommandExecutor) Run(ctx context.Context, cmd Command) (*Result, error)
 
 	// Kill the run when the context ends; after a normal exit, end kills
 	// what the command left running.
-	ended := make(chan struct{})
-	go func() {
-		select {
-		case <-runCtx.Done():
-			p.kill()
-		case <-ended:
-		}
-	}()
+	stopKill := context.AfterFunc(runCtx, p.kill)
 	out, endErr := p.end()
-	close(ended)
+	stopKill()
 
 	// Pipes held by a process that escaped a process group are closed once
 	// they have been idle for the grace (a slow live writer still gets every
