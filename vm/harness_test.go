@@ -17,6 +17,8 @@ type harness struct {
 	newVM func(cfg vm.Config, opts ...vm.Option) (vm.VM, error)
 	// unreachable are the options that point newVM at no Podman.
 	unreachable []vm.Option
+	// tracked: runs go through podvm's agent, not Podman exec sessions.
+	tracked bool
 }
 
 // apiHarness is APIVM on env's service; podmanExec runs its commands as
@@ -29,7 +31,7 @@ func apiHarness(env podmantest.Env, podmanExec bool) vmtest.Harness {
 		}
 		cfg.PodmanExec = podmanExec
 		return vm.NewAPIVM(context.Background(), uri, cfg)
-	}, unreachable: []vm.Option{vm.WithURL("unix:///nonexistent/podvm.sock")}}
+	}, unreachable: []vm.Option{vm.WithURL("unix:///nonexistent/podvm.sock")}, tracked: !podmanExec}
 }
 
 // cliHarness is CLIVM on env's service, as cliMode runs it.
@@ -38,7 +40,7 @@ func cliHarness(env podmantest.Env, podmanExec bool) vmtest.Harness {
 		x, mode := cliMode(env)
 		cfg.PodmanExec = podmanExec
 		return vm.NewCLIVM(cfg, x, append(append(mode, vm.WithPodman(env.Podman)), opts...)...)
-	}, unreachable: []vm.Option{vm.WithPodman("/nonexistent/podman")}}
+	}, unreachable: []vm.Option{vm.WithPodman("/nonexistent/podman")}, tracked: !podmanExec}
 }
 
 func (h harness) NewVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
@@ -52,6 +54,8 @@ func (h harness) NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
 	cfg.Image = h.env.Image
 	return h.newVM(cfg, h.unreachable...)
 }
+
+func (h harness) Tracked() bool { return h.tracked }
 
 func (h harness) client(ctx context.Context) (*libpod.Client, error) {
 	return libpod.Connect(ctx, h.env.Host)

@@ -24,7 +24,7 @@ func trackedCases(h Harness) []testCase {
 			Promise:  "after a " + stop + ", no process the command started survives, however it detached",
 			Deadline: 2 * time.Minute,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
-				return escapes(ctx, t, v, stop)
+				return escapes(ctx, t, v, stop, h.Tracked())
 			}})
 	}
 	return append(cases,
@@ -36,7 +36,7 @@ func trackedCases(h Harness) []testCase {
 				if err != nil {
 					t.Fatalf("Run: %v", err)
 				}
-				if res.Usage == nil {
+				if !knownUsage(t, h, res) {
 					return []observation{outcome("usage", "unknown")}
 				}
 				if cpu := res.Usage.UserCPU + res.Usage.SystemCPU; res.Usage.UserCPU < 900*time.Millisecond {
@@ -50,7 +50,7 @@ func trackedCases(h Harness) []testCase {
 				if err != nil || res.ExitCode != 0 {
 					t.Fatalf("Run: %+v, %v", res, err)
 				}
-				if res.Usage == nil {
+				if !knownUsage(t, h, res) {
 					return []observation{outcome("usage", "unknown")}
 				}
 				if res.Usage.PeakRSS < 64<<20 {
@@ -94,7 +94,13 @@ func trackedCases(h Harness) []testCase {
 		testCase{Name: "agent/hostile-root", Promise: "root in the sandbox can neither read the agent's environment or channel nor kill it",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err := v.Run(ctx, sh(`tr '\0' ' ' </proc/1/cmdline`))
-				if err != nil || !strings.Contains(res.Stdout, "podvm-agent") {
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if agent := strings.Contains(res.Stdout, "podvm-agent"); agent != h.Tracked() {
+					t.Fatalf("PID 1 is %q; the harness says tracked=%v", res.Stdout, h.Tracked())
+				}
+				if !h.Tracked() {
 					return []observation{outcome("pid 1", "not the agent")} // the Podman exec path
 				}
 				res, err = v.Run(ctx, sh(`id -u
@@ -114,7 +120,7 @@ echo still-here`))
 
 // escapes starts processes that detach from the command in every way
 // known, stops the run by stop, and checks with ps that none survives.
-func escapes(ctx context.Context, t *testing.T, v vm.VM, stop string) []observation {
+func escapes(ctx context.Context, t *testing.T, v vm.VM, stop string, tracked bool) []observation {
 	// Unique durations, for ps to tell them apart; 4104 clears its
 	// environment and leaves its group: on a path that does not track
 	// processes (no usage reported) it is the one documented escape.
@@ -140,7 +146,6 @@ echo started; sleep 300`
 		t.Fatalf("got %+v, %v; want a stopped run", res, err)
 	}
 	ps := sandboxPS(ctx, t, v)
-	tracked := res.Usage != nil
 	for _, n := range []string{"4101", "4102", "4103", "4104", "4105", "4106"} {
 		if !strings.Contains(ps, n) {
 			continue
@@ -151,4 +156,16 @@ echo started; sleep 300`
 		t.Errorf("process %s survived the %s:\n%s", n, stop, ps)
 	}
 	return []observation{outcome("stopped", fmt.Sprint(res.TimedOut))}
+}
+
+// knownUsage reports whether res carries the run's usage, failing t when
+// it must (a tracked path) and does not, or must not and does.
+func knownUsage(t *testing.T, h Harness, res *exec.Result) bool {
+	switch {
+	case h.Tracked() && res.Usage == nil:
+		t.Errorf("a tracked run reported no usage")
+	case !h.Tracked() && res.Usage != nil:
+		t.Errorf("an untracked run reported usage %+v; want it unknown (nil)", *res.Usage)
+	}
+	return res.Usage != nil
 }

@@ -40,6 +40,11 @@ type Harness interface {
 	// Containers lists the containers, running or not, that carry label
 	// ("key=value"), as Podman sees them.
 	Containers(ctx context.Context, label string) ([]Container, error)
+	// Tracked reports whether the VMs it makes run commands the way that
+	// tracks every process of a run and reports its usage (podvm's agent).
+	// The cases then require both; where it is false (Podman exec
+	// sessions) they accept the documented escape and an unknown usage.
+	Tracked() bool
 }
 
 // Container is a container as [Harness.Containers] lists it.
