@@ -17,14 +17,14 @@ const (
 )
 
 // demuxBuffer is the one buffer a Demux copies through; a frame of any
-// size passes in pieces of at most this many bytes.
+// size passes in pieces of this many bytes, the last one shorter.
 const demuxBuffer = 32 << 10
 
 // maxSystemFrame bounds what is kept of a service error frame.
 const maxSystemFrame = 64 << 10
 
 // Demux copies the multiplexed stream r to stdout and stderr, frame by
-// frame, as the bytes arrive, through one fixed buffer: it holds nothing
+// frame (a frame of up to 32 KiB in one Write), through one fixed buffer: it holds nothing
 // beyond it, however large a frame or the stream. Frames echoing stdin
 // are dropped. It returns nil when r ends between two frames; an
 // [*Error] with Status 0 when r ends inside a frame or fails (the
@@ -64,10 +64,12 @@ func Demux(r io.Reader, stdout, stderr io.Writer) error {
 	}
 }
 
-// copyFrame copies size bytes of r to w through buf.
+// copyFrame copies size bytes of r to w through buf, a buffer's worth
+// per Write: a frame that fits in buf reaches w in one Write, however r
+// splits it, so that a writer can judge a frame whole.
 func copyFrame(w io.Writer, r io.Reader, size int64, buf []byte) error {
 	for size > 0 {
-		n, err := r.Read(buf[:min(size, int64(len(buf)))])
+		n, err := io.ReadFull(r, buf[:min(size, int64(len(buf)))])
 		if n > 0 {
 			size -= int64(n)
 			if _, werr := w.Write(buf[:n]); werr != nil {
@@ -75,9 +77,6 @@ func copyFrame(w io.Writer, r io.Reader, size int64, buf []byte) error {
 			}
 		}
 		if err != nil {
-			if size == 0 && err == io.EOF {
-				return nil
-			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}

@@ -157,3 +157,35 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// writes records each Write it is given.
+type writes [][]byte
+
+func (w *writes) Write(p []byte) (int, error) {
+	*w = append(*w, bytes.Clone(p))
+	return len(p), nil
+}
+
+// A frame that fits in Demux's buffer reaches its writer in one Write,
+// however the stream is split, so that a writer judging whole frames
+// (Exec's filter of Podman's attach-reset line) sees them whole; a larger
+// one arrives in buffer-sized pieces.
+func TestDemuxFrameInOneWrite(t *testing.T) {
+	t.Parallel()
+	small := []byte("Error: write unixpacket @->/proc/self/fd/16/attach: write: broken pipe\n")
+	big := bytes.Repeat([]byte("x"), 80<<10)
+	var in bytes.Buffer
+	for _, f := range [][]byte{small, big} {
+		in.Write([]byte{2, 0, 0, 0})
+		in.Write(binary.BigEndian.AppendUint32(nil, uint32(len(f))))
+		in.Write(f)
+	}
+	var stderr writes
+	require.NoError(t, libpod.Demux(iotest.OneByteReader(&in), io.Discard, &stderr))
+	var sizes []int
+	for _, w := range stderr {
+		sizes = append(sizes, len(w))
+	}
+	require.Equal(t, []int{len(small), 32 << 10, 32 << 10, 16 << 10}, sizes, "the sizes of the writes")
+	assert.Equal(t, small, stderr[0])
+}

@@ -106,7 +106,8 @@ func (s seenWriter) Write(p []byte) (int, error) {
 // own noise, not the command's.
 var attachReset = regexp.MustCompile(`^Error: (read|write) unixpacket [^\n]*/attach: (read|write): (connection reset by peer|broken pipe)\n$`)
 
-// dropAttachReset drops a stderr frame that is Podman's attachReset line.
+// dropAttachReset drops a stderr frame that is Podman's attachReset line
+// (Demux hands it over in one Write).
 type dropAttachReset struct{ w io.Writer }
 
 func (d dropAttachReset) Write(p []byte) (int, error) {
