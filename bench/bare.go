@@ -36,9 +36,10 @@ type bare struct {
 }
 
 // createBare creates a bare container (stopped) with the sandbox's
-// flags and returns its ID.
+// flags and returns its ID. Like podvm's sandboxes it has no log driver:
+// conmon would otherwise also write every byte to a log file.
 func (p *podman) createBare(ctx context.Context, image string) (string, error) {
-	a := append([]string{"create", "-i"}, p.sandboxFlags()...)
+	a := append([]string{"create", "-i", "--log-driver", "none"}, p.sandboxFlags()...)
 	return p.output(ctx, append(a, "--entrypoint", "sh", image, "-c", bareScript)...)
 }
 
