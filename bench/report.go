@@ -310,8 +310,8 @@ func (b *bench) reportTargets(w io.Writer) {
 		if ch == nil || cmd == nil {
 			return "not measured in this run: the channel's and the command's rows are missing"
 		}
-		return fmt.Sprintf("the channel alone (%s p50) and the command alone (%s) take %s of the %s; the agent and this process, the rest",
-			ms(ch.p50()), ms(cmd.p50()), ms(ch.p50()+cmd.p50()), ms(x.p50()))
+		return fmt.Sprintf("the channel and the command: the channel alone (%s p50) and the command alone (%s) take %s of the %s; the agent and this process, the other %s",
+			ms(ch.p50()), ms(cmd.p50()), ms(ch.p50()+cmd.p50()), ms(x.p50()), ms(x.p50()-ch.p50()-cmd.p50()))
 	}
 	for _, name := range []string{nameAPIVM, nameCLIVM} {
 		short := strings.TrimPrefix(name, "podvm ")
