@@ -152,6 +152,7 @@ type bench struct {
 	rtErr   error             // why
 	vms     map[string]vm.VM  // one running sandbox per podvm backend
 	vmErr   map[string]string // backends that could not make one
+	bare    bares             // the agent's bounds, in bare.go
 
 	env     environment
 	started time.Time
@@ -231,6 +232,10 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		}
 	}
 
+	if sections["exec"] || sections["stream"] {
+		b.setupBares(ctx)
+	}
+
 	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency, b.pools, b.files}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
@@ -293,8 +298,14 @@ func (b *bench) execRoundTrips(ctx context.Context) error {
 	alts := b.vmAlts(vmRoundTrip)
 	for _, name := range []string{nameAPIVM, nameCLIVM} {
 		if v, ok := b.vms[name]; ok {
-			alts = append(alts, alt{name: name + ": `/bin/true`", op: vmTrue(v)})
+			alts = append(alts, alt{name: name + ": `/bin/true`", op: vmRun(v, []string{"/bin/true"})})
 		}
+	}
+	alts = append(alts, b.bareAlts(nameFloorAPI, nameFloorCLI, (*bare).echo)...)
+	if _, bad := b.vmErr[nameAPIVM]; bad {
+		alts = append(alts, alt{name: nameSpawn, skip: "no sandbox: " + b.vmErr[nameAPIVM]})
+	} else {
+		alts = append(alts, alt{name: nameSpawn, op: vmRun(b.vms[nameAPIVM], spawnArgv), per: spawnLoops})
 	}
 	alts = append(alts,
 		alt{name: nameHost, op: hostRoundTrip(exec.NewCommandExecutor())},
@@ -335,6 +346,8 @@ func (b *bench) lifecycles(ctx context.Context) error {
 func (b *bench) streams(ctx context.Context) error {
 	n := b.sz.streamBytes
 	alts := append(b.vmAlts(func(v vm.VM) op { return vmStream(v, n) }),
+		b.bareAlts(nameBareStreamAPI, nameBareStreamCLI, func(x *bare) op { return x.stream(n) })...)
+	alts = append(alts,
 		alt{name: nameCLIStream, op: b.p.execStream(b.base, n)},
 		alt{name: nameCLIPipe, op: b.p.execStreamPipe(b.base, n)},
 		alt{name: nameBindingsStream, op: b.bind.execStream(b.base, n)},
@@ -415,6 +428,7 @@ func (b *bench) cleanup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var errs []error
+	b.closeBares()
 	for name, v := range b.vms {
 		if err := v.Remove(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: Remove: %w", name, err))

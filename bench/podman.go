@@ -77,7 +77,13 @@ func (p *podman) output(ctx context.Context, args ...string) (string, error) {
 // no-new-privileges, podvm's capabilities and pids limit, Podman's init as
 // PID 1 (it pauses; the image needs no binary).
 func (p *podman) runArgs(image string) []string {
-	a := []string{"run", "-d", "--pull", "missing"}
+	a := append([]string{"run", "-d", "--pull", "missing"}, p.sandboxFlags()...)
+	return append(a, "--init", "--entrypoint", `["/run/podman-init","-P"]`, image)
+}
+
+// sandboxFlags are the run's labels and the flags of podvm's sandboxes.
+func (p *podman) sandboxFlags() []string {
+	var a []string
 	for _, k := range slices.Sorted(maps.Keys(p.labels)) {
 		a = append(a, "--label", k+"="+p.labels[k])
 	}
@@ -87,9 +93,7 @@ func (p *podman) runArgs(image string) []string {
 		"--cap-drop", "all",
 		"--cap-add", strings.Join(vm.DefaultCapabilities, ","),
 		"--pids-limit", strconv.Itoa(vm.DefaultPids),
-		"--http-proxy=false",
-		"--init", "--entrypoint", `["/run/podman-init","-P"]`,
-		image)
+		"--http-proxy=false")
 }
 
 // start runs a sandbox and returns its ID.

@@ -67,12 +67,13 @@ func hostRoundTrip(x exec.Executor) op {
 	}
 }
 
-// vmTrue runs /bin/true with v.Run: the least a command costs.
-func vmTrue(v vm.VM) op {
+// vmRun runs argv with v.Run and fails unless it exits 0.
+func vmRun(v vm.VM, argv []string) op {
+	cmd := exec.Command{Name: argv[0], Args: argv[1:]}
 	return func(ctx context.Context) error {
-		res, err := v.Run(ctx, exec.Command{Name: "/bin/true"})
+		res, err := v.Run(ctx, cmd)
 		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("/bin/true exited %d", res.ExitCode)
+			err = fmt.Errorf("%s exited %d: %s", argv[0], res.ExitCode, res.Stderr)
 		}
 		return err
 	}

@@ -23,6 +23,9 @@ type alt struct {
 	skip string
 	// held, if set, counts what each timed call leaves open.
 	held *leak
+	// per, if set, is how many operations one call does: its time is
+	// divided by it.
+	per int
 }
 
 // series is what measure recorded for one alternative.
@@ -124,7 +127,7 @@ func measure(ctx context.Context, what string, alts []alt, warm, n int, budget t
 			if ctx.Err() != nil {
 				return out, ctx.Err()
 			}
-			out[i].add(d, err)
+			out[i].add(d/time.Duration(max(1, alts[i].per)), err)
 		}
 	}
 	progress("")

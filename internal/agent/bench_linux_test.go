@@ -2,29 +2,85 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	osexec "os/exec"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
 
-// BenchmarkRoundTrip compares a round trip of /bin/true through the agent
-// (PID 1 of its own PID namespace, over pipes) with host os/exec. Besides
-// the mean (ns/op) it reports the median as p50-ns/op.
+// shRoundTrip is the command of make bench's round trip rows.
+var shRoundTrip = []string{"/bin/busybox", "sh", "-c", "echo hi; echo oops >&2; exit 3"}
+
+// BenchmarkRoundTrip compares a round trip through the agent (PID 1 of
+// its own PID namespace, over pipes) with host os/exec, for /bin/true and
+// for make bench's round trip command. Besides the mean (ns/op) it
+// reports the median as p50-ns/op.
 func BenchmarkRoundTrip(b *testing.B) {
-	b.Run("agent", func(b *testing.B) {
-		a := startAgent(b)
-		ctx := context.Background()
-		req := Request{Argv: []string{"/bin/true"}}
-		p50(b, func() error {
-			_, err := a.Run(ctx, req, nil, io.Discard, io.Discard)
-			return err
+	for _, argv := range [][]string{{"/bin/true"}, shRoundTrip} {
+		name := "true"
+		if len(argv) > 1 {
+			name = "sh"
+		}
+		b.Run("agent-"+name, func(b *testing.B) {
+			a := startAgent(b)
+			ctx := context.Background()
+			req := Request{Argv: argv}
+			p50(b, func() error {
+				_, err := a.Run(ctx, req, nil, io.Discard, io.Discard)
+				return err
+			})
 		})
-	})
-	b.Run("host-os-exec", func(b *testing.B) {
-		p50(b, func() error { return osexec.Command("/bin/true").Run() })
-	})
+		b.Run("host-os-exec-"+name, func(b *testing.B) {
+			p50(b, func() error {
+				err := osexec.Command(argv[0], argv[1:]...).Run()
+				if _, ok := err.(*osexec.ExitError); ok {
+					return nil
+				}
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkRoundTripParallel is make bench's round trip run by 4 and 16
+// callers at once on one agent.
+func BenchmarkRoundTripParallel(b *testing.B) {
+	for _, callers := range []int{4, 16} {
+		b.Run(fmt.Sprintf("callers-%d", callers), func(b *testing.B) {
+			a := startAgent(b)
+			ctx := context.Background()
+			req := Request{Argv: shRoundTrip}
+			b.SetParallelism((callers + 1) / 2) // GOMAXPROCS 2 here
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := a.Run(ctx, req, nil, io.Discard, io.Discard); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkStdout streams 64 MiB of the command's stdout through the
+// agent to io.Discard; allocs are the client's.
+func BenchmarkStdout(b *testing.B) {
+	const blocks = 1024
+	a := startAgent(b)
+	ctx := context.Background()
+	req := Request{Argv: []string{"/bin/busybox", "dd", "if=/dev/zero", "bs=65536", "count=" + strconv.Itoa(blocks)}}
+	b.SetBytes(blocks * 65536)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.Run(ctx, req, nil, io.Discard, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func p50(b *testing.B, op func() error) {

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -89,7 +90,8 @@ type Client struct {
 	rw   io.ReadWriteCloser
 	info Info
 
-	wmu sync.Mutex // serializes frames on rw
+	wmu  sync.Mutex // serializes frames on rw
+	wbuf []byte     // the frames of one send, reused under wmu
 
 	mu   sync.Mutex
 	runs map[uint32]*clientRun
@@ -178,14 +180,15 @@ func (c *Client) fail(cause error) {
 	})
 }
 
-// send writes frames in one Write call.
+// send writes frames in one Write call. The write may block, holding
+// the others back, only as long as the channel itself does: the agent
+// reads every frame at once, whatever a run's consumer does (see Flow
+// control in the package documentation).
 func (c *Client) send(frames ...wire.Frame) error {
-	var b []byte
 	for _, f := range frames {
 		if len(f.Payload) > wire.MaxPayload {
 			return fmt.Errorf("%w: payload of %d bytes", wire.ErrProtocol, len(f.Payload))
 		}
-		b = f.Append(b)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -193,6 +196,13 @@ func (c *Client) send(frames ...wire.Frame) error {
 	case <-c.dead:
 		return c.err
 	default:
+	}
+	b := c.wbuf[:0]
+	for _, f := range frames {
+		b = f.Append(b)
+	}
+	if cap(b) <= wire.HeaderSize+wire.ChunkSize { // keep no rare big buffer
+		c.wbuf = b
 	}
 	if _, err := c.rw.Write(b); err != nil {
 		c.fail(err)
@@ -206,7 +216,7 @@ func (c *Client) send(frames ...wire.Frame) error {
 func (c *Client) demux(br *bufio.Reader) {
 	defer close(c.demuxDone)
 	for {
-		f, err := wire.Read(br)
+		f, err := readFrame(br)
 		if err != nil {
 			c.fail(err)
 			break
@@ -222,6 +232,37 @@ func (c *Client) demux(br *bufio.Reader) {
 	c.mu.Unlock()
 	for _, r := range runs {
 		r.end()
+	}
+}
+
+// chunks holds buffers of wire.ChunkSize bytes for output payloads: a
+// stream's delivery puts each back once its Writer returned, so
+// streaming allocates next to nothing per byte.
+var chunks = sync.Pool{New: func() any { return new([wire.ChunkSize]byte) }}
+
+// readFrame is wire.Read, with output payloads read into buffers from
+// chunks.
+func readFrame(br *bufio.Reader) (wire.Frame, error) {
+	var h [wire.HeaderSize]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return wire.Frame{}, err
+	}
+	f := wire.Frame{Type: wire.Type(h[0]), ID: binary.BigEndian.Uint32(h[1:5])}
+	n := binary.BigEndian.Uint32(h[5:9])
+	if (f.Type != wire.Stdout && f.Type != wire.Stderr) || n == 0 || n > wire.ChunkSize {
+		return wire.ReadPayload(br, h)
+	}
+	f.Payload = chunks.Get().(*[wire.ChunkSize]byte)[:n]
+	if _, err := io.ReadFull(br, f.Payload); err != nil {
+		return wire.Frame{}, io.ErrUnexpectedEOF
+	}
+	return f, nil
+}
+
+// recycle returns an output payload of readFrame to chunks.
+func recycle(p []byte) {
+	if cap(p) == wire.ChunkSize {
+		chunks.Put((*[wire.ChunkSize]byte)(p[:wire.ChunkSize]))
 	}
 }
 
@@ -338,10 +379,16 @@ func (s *outStream) close() {
 	s.mu.Unlock()
 }
 
+// creditBatch is how many bytes a receiver consumes before it grants
+// them back: a quarter of the window keeps the sender going without a
+// Credit frame per chunk, and a short output costs no Credit at all.
+const creditBatch = wire.Window / 4
+
 // deliver writes the stream to its Writer and grants the agent credit for
-// each chunk written.
+// what was written, creditBatch bytes at a time.
 func (s *outStream) deliver() {
 	defer close(s.done)
+	consumed := 0
 	for {
 		s.mu.Lock()
 		for len(s.chunks) == 0 && !s.closed {
@@ -367,9 +414,12 @@ func (s *outStream) deliver() {
 			s.werr = err
 		}
 		s.mu.Unlock()
-		if !closed {
-			m := wire.CreditMsg{Stream: s.stream, N: uint32(len(p))}
+		consumed += len(p)
+		recycle(p)
+		if !closed && consumed >= creditBatch {
+			m := wire.CreditMsg{Stream: s.stream, N: uint32(consumed)}
 			_ = s.r.c.send(wire.Frame{Type: wire.Credit, ID: s.r.id, Payload: m.Encode()})
+			consumed = 0
 		}
 	}
 }

@@ -35,9 +35,10 @@
 //
 // Each stream of each run has a window of 256 KiB: a sender has at most
 // that many unacknowledged bytes in flight, in chunks of at most 32 KiB,
-// and the receiver grants Credit as its consumer takes them (the client
-// after the caller's Writer returned, the agent after the command's stdin
-// pipe took them). So the client's demultiplexer never blocks: it only
+// and the receiver grants Credit as its consumer takes them, a quarter
+// window at a time (the client after the caller's Writer returned, the
+// agent after the command's stdin pipe took them): a short output costs
+// no Credit frame. So the client's demultiplexer never blocks: it only
 // appends to a buffer the window bounds, and one goroutine per stream
 // writes to the caller's Writer. A slow Writer stalls its own stream and
 // nothing else; the agent stops reading that pipe, and the command blocks
@@ -57,7 +58,8 @@
 // it in a process group of its own and reaps every process of the run
 // itself, adding up the kernel's usage of each (CPU time; the peak RSS is
 // the largest process's). Shims are reused: one whose run ended with
-// nothing left alive returns to a pool (up to 8 idle), and one spare is
+// nothing left alive returns to a pool (up to 32 idle, as many as runs
+// were in flight at once; one unused for 30 s exits), and one spare is
 // started ahead of need, so a run costs no process start of the agent
 // binary (that costs ~2.7 ms; a round trip of /bin/true is ~1.3 ms p50
 // here, host os/exec ~0.8 ms).

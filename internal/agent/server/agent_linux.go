@@ -169,6 +169,7 @@ type session struct {
 	out   io.Writer
 	close func()
 	wmu   sync.Mutex
+	wbuf  []byte // a frame being written, reused under wmu
 	werr  error
 	mu    sync.Mutex
 	runs  map[uint32]*run
@@ -184,13 +185,14 @@ func (a *agent) newSession(in io.Reader, out io.Writer, close func()) *session {
 	return s
 }
 
-// send writes one frame; after a write error the session is closed and
-// every later send fails.
+// send writes one frame in one Write call; after a write error the
+// session is closed and every later send fails.
 func (s *session) send(f wire.Frame) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.werr == nil {
-		if s.werr = wire.Write(s.out, f); s.werr != nil {
+		s.wbuf = f.Append(s.wbuf[:0])
+		if _, s.werr = s.out.Write(s.wbuf); s.werr != nil {
 			s.close()
 		}
 	}
@@ -443,11 +445,16 @@ func (r *run) pumpOut(f *os.File, typ wire.Type, stream uint8, wg *sync.WaitGrou
 	}
 }
 
+// creditBatch is how many bytes of stdin the agent takes before it
+// grants them back (the client does the same with output).
+const creditBatch = wire.Window / 4
+
 // pumpStdin writes the client's stdin to the command, granting credit
 // back as it goes; a command that stopped reading makes it discard.
 func (r *run) pumpStdin(f *os.File) {
 	defer f.Close()
 	broken := false
+	taken := 0
 	for {
 		r.mu.Lock()
 		for len(r.stdin) == 0 && !r.stdinEOF && !r.finished {
@@ -465,8 +472,11 @@ func (r *run) pumpStdin(f *os.File) {
 				broken = true
 			}
 		}
-		m := wire.CreditMsg{Stream: wire.StreamStdin, N: uint32(len(chunk))}
-		_ = r.s.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
+		if taken += len(chunk); taken >= creditBatch {
+			m := wire.CreditMsg{Stream: wire.StreamStdin, N: uint32(taken)}
+			_ = r.s.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
+			taken = 0
+		}
 	}
 }
 

@@ -15,11 +15,16 @@ import (
 	"github.com/podvm/podvm/internal/agent/wire"
 )
 
-// maxIdle bounds the shims kept for reuse; spares is how many the pool
-// starts ahead of need.
+// maxIdle bounds the shims kept for reuse: a run that finds none idle
+// pays for a process start of the agent binary (~3 ms here, more CPU
+// than the run itself), so the pool keeps as many as runs were in flight
+// at once, up to this many. One idle shim holds ~1 MiB of private
+// memory; one unused for idleLife exits, down to spares, which is how
+// many the pool starts ahead of need.
 const (
-	maxIdle = 8
-	spares  = 1
+	maxIdle  = 32
+	spares   = 1
+	idleLife = 30 * time.Second
 )
 
 // shim is the agent's handle on one shim process.
@@ -28,6 +33,7 @@ type shim struct {
 	conn *net.UnixConn
 	wmu  sync.Mutex
 	exit chan wire.ExitMsg // the current run's Exit; closed when the shim is gone
+	idle time.Time         // when it last went back to the pool
 }
 
 func (s *shim) send(f wire.Frame, fds ...int) error {
@@ -53,8 +59,28 @@ func newPool(orphans func()) *pool {
 	sig := make(chan os.Signal, 64)
 	signal.Notify(sig, unix.SIGCHLD)
 	go p.reap(sig)
+	go func() {
+		for range time.Tick(idleLife / 2) {
+			p.trim(time.Now().Add(-idleLife))
+		}
+	}()
 	p.refill()
 	return p
+}
+
+// trim ends the idle shims beyond spares that went idle before since.
+// The idle list is a stack: its bottom has waited longest.
+func (p *pool) trim(since time.Time) {
+	p.mu.Lock()
+	var old []*shim
+	for len(p.idle) > spares && p.idle[0].idle.Before(since) {
+		old = append(old, p.idle[0])
+		p.idle = p.idle[1:]
+	}
+	p.mu.Unlock()
+	for _, s := range old {
+		s.conn.Close() // the shim exits
+	}
 }
 
 // reap is the one place that calls wait. It waits for any child on every
@@ -120,6 +146,7 @@ func (p *pool) get() (*shim, error) {
 func (p *pool) put(s *shim) {
 	p.mu.Lock()
 	if len(p.idle) < maxIdle {
+		s.idle = time.Now()
 		p.idle = append(p.idle, s)
 		s = nil
 	}
