@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/internal/capture"
+	"github.com/podvm/podvm/internal/envlist"
 )
 
 // DefaultMaxOutputBytes is the per-stream capture limit used when
@@ -152,25 +153,7 @@ func ValidateEnv(env []string) error {
 // replaces every entry of base with the same key, and the last of
 // duplicates within over wins. Order: base's surviving keys first, in
 // their order, then over's new keys. Neither input is modified.
-func MergeEnv(base, over []string) []string {
-	if len(over) == 0 {
-		return base
-	}
-	pos := make(map[string]int, len(base)+len(over))
-	out := make([]string, 0, len(base)+len(over))
-	for _, list := range [][]string{base, over} {
-		for _, e := range list {
-			k, _, _ := strings.Cut(e, "=")
-			if i, ok := pos[k]; ok {
-				out[i] = e
-				continue
-			}
-			pos[k] = len(out)
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func MergeEnv(base, over []string) []string { return envlist.Merge(base, over) }
 
 // MaxOutput returns the effective per-stream capture limit of c.
 func (c Command) MaxOutput() int {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podvm/podvm/internal/agent/wire"
+	"github.com/podvm/podvm/internal/envlist"
 )
 
 // shimFD is the fd on which a shim finds its socket to the agent.
@@ -213,7 +214,7 @@ func prepare(m wire.StartMsg) (string, *syscall.ProcAttr, *wire.ExitMsg) {
 	if len(m.Argv) == 0 || m.Argv[0] == "" {
 		return fail(wire.StartFailed, "empty command")
 	}
-	env := mergeEnv(os.Environ(), m.Env)
+	env := envlist.Merge(os.Environ(), m.Env)
 	attr := &syscall.ProcAttr{Env: env, Sys: &syscall.SysProcAttr{Setpgid: true}}
 	dir := m.Dir
 	if dir == "" {
@@ -238,11 +239,11 @@ func prepare(m wire.StartMsg) (string, *syscall.ProcAttr, *wire.ExitMsg) {
 			return fail(wire.StartUser, "%v", err)
 		}
 		attr.Sys.Credential = &syscall.Credential{Uid: id.uid, Gid: id.gid, Groups: id.groups}
-		if id.home != "" && !hasKey(m.Env, "HOME") {
-			attr.Env = mergeEnv(attr.Env, []string{"HOME=" + id.home})
+		if _, set := envlist.Lookup(m.Env, "HOME"); id.home != "" && !set {
+			attr.Env = envlist.Merge(attr.Env, []string{"HOME=" + id.home})
 		}
 	}
-	path, err := lookPath(m.Argv[0], dir, getenv(attr.Env, "PATH"))
+	path, err := lookPath(m.Argv[0], dir, pathOf(attr.Env))
 	if err != nil {
 		return "", nil, ptr(startError(err, m.Argv[0]))
 	}
@@ -302,40 +303,8 @@ func lookPath(name, dir, path string) (string, error) {
 	return "", unix.ENOENT
 }
 
-// mergeEnv returns base with over's entries replacing those of the same
-// key, and added in order otherwise.
-func mergeEnv(base, over []string) []string {
-	out := make([]string, 0, len(base)+len(over))
-	index := map[string]int{}
-	for _, list := range [][]string{base, over} {
-		for _, kv := range list {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := index[k]; ok {
-				out[i] = kv
-				continue
-			}
-			index[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func hasKey(env []string, key string) bool {
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k == key {
-			return true
-		}
-	}
-	return false
-}
-
-func getenv(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, _ := strings.Cut(kv, "="); k == key {
-			v = val
-		}
-	}
-	return v
+// pathOf is env's PATH, empty when it has none.
+func pathOf(env []string) string {
+	p, _ := envlist.Lookup(env, "PATH")
+	return p
 }
