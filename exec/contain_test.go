@@ -255,8 +255,13 @@ func TestRunUsageCountsTheTree(t *testing.T) {
 	for _, c := range strict(t) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
+			// The shell exits once its orphan has burnt 400 ms of CPU,
+			// however loaded the machine; the orphan burns on until the
+			// run's end kills it.
 			cmd := helper("", "")
-			cmd.Name, cmd.Args = "sh", []string{"-c", `"$0" burn 10s & sleep 1`, os.Args[0]}
+			cmd.Name, cmd.Args = "sh", []string{"-c", `"$0" burn 400ms "$1" & while [ ! -e "$1" ]; do sleep 0.05; done`,
+				os.Args[0], filepath.Join(t.TempDir(), "burnt")}
+			cmd.Timeout = time.Minute
 			res, err := c.x.Run(context.Background(), cmd)
 			require.NoError(t, err)
 			require.NotNil(t, res.Usage)
