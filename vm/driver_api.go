@@ -39,17 +39,11 @@ func apiError(op, what string, err error) error {
 	var le *libpod.Error
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		if what != "" {
-			op += " " + what
-		}
-		return fmt.Errorf("vm: %s: %w", op, err)
+		return wrap(nil, op, what, err)
 	case !errors.As(err, &le):
 		return classify(op, what, "", err)
 	case le.Unreachable():
-		if what != "" {
-			op += " " + what
-		}
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+		return wrap(ErrUnavailable, op, what, err)
 	}
 	return classify(op, what, le.Cause+"\n"+le.Message, err)
 }
@@ -260,7 +254,7 @@ func (a apiDriver) copyOut(ctx context.Context, id, path string, w io.Writer) er
 		if errors.As(err, &le) {
 			return apiError("copy out", path, err)
 		}
-		return fmt.Errorf("vm: copy out %s: %w", path, err)
+		return wrap(nil, "copy out", path, err)
 	}
 	return nil
 }

@@ -55,10 +55,7 @@ func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*e
 		// %v: the sandbox's exec.ErrNotFound must not match.
 		return nil, fmt.Errorf("%w: %w: %v", ErrUnavailable, errNotReached, err)
 	case err != nil:
-		if what != "" {
-			op += " " + what
-		}
-		return res, fmt.Errorf("vm: podman %s: %w", op, err)
+		return res, wrap(nil, "podman "+op, what, err)
 	case res.ExitCode != 0:
 		return res, cliError(op, what, res)
 	}

@@ -9,20 +9,19 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podvm/podvm/internal/agent"
 )
 
-// labelToken names one sandbox's container before its ID is known, so
-// that a failed or cancelled Create, or a Remove after it, finds what
-// Podman made without touching a container of the same Name that is not
-// ours.
+// labelToken names one sandbox's container before its ID is known, so a
+// failed Create, or a Remove after it, finds what Podman made without
+// touching a container of the same Name that is not ours.
 const labelToken = "io.podvm.token"
 
-// errNotReached is wrapped, beside [ErrUnavailable], by a driver that
-// knows its call never reached Podman (no podman binary to run), so that
-// nothing can have been made.
+// errNotReached is wrapped, beside [ErrUnavailable], by a driver whose
+// call never reached Podman (no podman binary): nothing can have been made.
 var errNotReached = errors.New("podman was not reached")
 
 // cleanupTimeout bounds the removal after a failed Create, and how long a
@@ -31,17 +30,23 @@ const cleanupTimeout = 30 * time.Second
 
 // sandbox is the one implementation of the [VM] contract, over a driver:
 // the lifecycle (this file), Run (run.go), how a run is stopped
-// (kill.go) and the copies (copy.go). [APIVM] and [CLIVM] are sandboxes
-// with the socket's and the CLI's driver.
+// (kill.go) and the copies (copy.go).
 type sandbox struct {
 	d     driver
 	cfg   Config // with defaults
 	token string // value of labelToken on our container
 
-	st state
-	mu sync.Mutex // serializes Create and Remove; guards the fields below
+	st atomic.Pointer[state] // what Run and the copies see; replaced under mu
+	mu sync.Mutex            // serializes Create and Remove; guards the fields below
 	// created: Create was called; gone: nothing of ours is left.
 	created, gone bool
+}
+
+// state is the lifecycle as Run and the copies see it, never modified.
+type state struct {
+	id      string        // "" before Create succeeded
+	agent   *agent.Client // nil on the Podman exec path
+	removed bool
 }
 
 func newSandbox(d driver, cfg Config) sandbox {
@@ -54,8 +59,29 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
+// state returns the current state.
+func (s *sandbox) state() state {
+	if p := s.st.Load(); p != nil {
+		return *p
+	}
+	return state{}
+}
+
+// container returns the state of a sandbox that can be used, or
+// ErrNotCreated / ErrRemoved.
+func (s *sandbox) container() (state, error) {
+	switch st := s.state(); {
+	case st.removed:
+		return st, ErrRemoved
+	case st.id == "":
+		return st, ErrNotCreated
+	default:
+		return st, nil
+	}
+}
+
 // ID returns the container's ID once Create succeeded, "" before.
-func (s *sandbox) ID() string { return s.st.ID() }
+func (s *sandbox) ID() string { return s.state().id }
 
 // Create makes the image present as the config's [PullPolicy] says,
 // creates the container with every field of the [Config] and starts it.
@@ -70,7 +96,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.st.isRemoved():
+	case s.state().removed:
 		return ErrRemoved
 	case s.created:
 		return ErrAlreadyCreated
@@ -83,7 +109,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 	}
 	id, a, err := s.createStarted(ctx, mount)
 	if err == nil {
-		s.st.set(id, a)
+		s.st.Store(&state{id: id, agent: a})
 		return nil
 	}
 	if errors.Is(err, errNotReached) {
@@ -96,8 +122,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 	rmErr := s.removeMade(cctx, id)
 	// A container caught mid-start (a start that ctx cut short goes on in
 	// the service) may refuse its removal for a moment: try again.
-	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && cctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond)
+	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && pause(cctx, 100*time.Millisecond) {
 		rmErr = s.removeMade(cctx, id)
 	}
 	switch {
@@ -211,9 +236,11 @@ func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (strin
 func (s *sandbox) Remove(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.st.markRemoved()
+	st := s.state()
+	st.removed = true
+	s.st.Store(&st)
 	defer s.d.close() // nothing else will use what it keeps
-	if a := s.st.agentClient(); a != nil {
+	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.
 		defer a.Close()
@@ -221,7 +248,7 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	if !s.created || s.gone {
 		return nil
 	}
-	if err := s.removeMade(ctx, s.st.ID()); err != nil {
+	if err := s.removeMade(ctx, st.id); err != nil {
 		return err
 	}
 	s.gone = true
@@ -244,62 +271,4 @@ func (s *sandbox) removeMade(ctx context.Context, id string) error {
 		}
 	}
 	return nil
-}
-
-// state is the lifecycle as Run and the copies see it: not created,
-// created, removed. It is safe for concurrent use.
-type state struct {
-	mu      sync.RWMutex
-	id      string
-	agent   *agent.Client // nil on the Podman exec path
-	removed bool
-}
-
-// container returns the container ID and the agent's client (nil on the
-// Podman exec path), or ErrNotCreated / ErrRemoved.
-func (s *state) container() (string, *agent.Client, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	switch {
-	case s.removed:
-		return "", nil, ErrRemoved
-	case s.id == "":
-		return "", nil, ErrNotCreated
-	}
-	return s.id, s.agent, nil
-}
-
-// set records the container, and its agent, once Create succeeded.
-func (s *state) set(id string, a *agent.Client) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.id, s.agent = id, a
-}
-
-// agentClient returns the agent's client, nil on the Podman exec path.
-func (s *state) agentClient() *agent.Client {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.agent
-}
-
-// markRemoved makes every later use fail with ErrRemoved.
-func (s *state) markRemoved() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.removed = true
-}
-
-// isRemoved reports whether markRemoved was called.
-func (s *state) isRemoved() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.removed
-}
-
-// ID returns the container ID, "" before Create.
-func (s *state) ID() string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.id
 }

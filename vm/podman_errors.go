@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -56,17 +57,13 @@ func recognise(msg string) error {
 
 // startFailure returns an error when an exec session's outcome is Podman
 // failing to start the command rather than the command's own exit. Both
-// transports carry Podman's message and the command's stderr on one
-// stream, so it decides by content: the status is one Podman uses for its
-// own failures (125; 126 or 127 when runc could not execute the command;
-// 255 from the local CLI), nothing reached stdout, stderr is wholly
-// Podman's own lines ("Error: ...", the CLI's "Cannot connect to
-// Podman..."), and podmanMessages recognises them. Anything else is the
-// command's exit and stays data, a command's own "Error: the build
-// failed" and 125 included; only a command that prints Podman's exact
-// message and exits with its status is mistaken for Podman.
-//
-// stderrHead is the start of stderr, stderrTotal its full length.
+// transports carry Podman's message on the command's stderr, so it
+// decides by content: a status Podman uses for its own failures (125;
+// 126 or 127 when runc could not execute the command; 255 from the local
+// CLI), nothing on stdout, and a stderr (stderrHead, whole: stderrTotal
+// long) made only of Podman's own lines, which podmanMessages recognises.
+// Anything else is the command's exit and stays data, a command's own
+// "Error: the build failed" and 125 included.
 func startFailure(name string, code int, stdoutTotal int64, stderrHead string, stderrTotal int64) error {
 	switch code {
 	case 125, 126, 127, 255:
@@ -135,12 +132,17 @@ type APIError = libpod.Error
 // classify wraps native, Podman's failure of op on what (which may be
 // empty), with the sentinel msg is recognised as, ErrPodman when none.
 func classify(op, what, msg string, native error) error {
-	sentinel := recognise(msg)
-	if sentinel == nil {
-		sentinel = ErrPodman
-	}
+	return wrap(cmp.Or(recognise(msg), ErrPodman), op, what, native)
+}
+
+// wrap wraps err, the failure of op on what (which may be empty), with
+// sentinel when it is not nil.
+func wrap(sentinel error, op, what string, err error) error {
 	if what != "" {
 		op += " " + what
 	}
-	return fmt.Errorf("%w: %s: %w", sentinel, op, native)
+	if sentinel == nil {
+		return fmt.Errorf("vm: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %w", sentinel, op, err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -45,7 +46,7 @@ const sniffBytes = 4 << 10
 // could not finish is part of the error.
 func (s *sandbox) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
 	res, err := s.run(ctx, cmd)
-	return s.st.ended(cmd.Name, res, err)
+	return s.ended(cmd.Name, res, err)
 }
 
 // run is Run but for a Remove during the run.
@@ -59,15 +60,15 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		return nil, fmt.Errorf("%w: vm: %s: per-command limits (MaxMemoryBytes, MaxPids, MaxCPUTime) are not enforced in a sandbox; use Config.Memory, Config.Pids",
 			exec.ErrUnsupported, cmd.Name)
 	}
-	id, a, err := s.st.container()
+	st, err := s.container()
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	}
-	if a != nil {
-		return s.runAgent(ctx, a, cmd)
+	if st.agent != nil {
+		return s.runAgent(ctx, st.agent, cmd)
 	}
 	if err := validUTF8(cmd); err != nil {
 		return nil, err
@@ -86,22 +87,20 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		p.Stdin = stdin
 	}
 	p.Stdout, p.Stderr = stdout, io.MultiWriter(stderr, sniff)
-	code, started, err := s.d.exec(runCtx, id, p)
+	code, started, err := s.d.exec(runCtx, st.id, p)
 	if err != nil {
 		stop := deadline.Err("vm", ctx, runCtx, cmd.Name, cmd.Timeout)
-		var killErr error
-		if started || stop != nil { // the command may be running
-			killErr = s.kill(ctx, id, p.User, marker, cmd.Name)
+		if stop == nil && !started {
+			return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 		}
-		switch {
-		case stop != nil:
-			res := result(stdout, stderr, -1, start)
-			res.TimedOut = true
-			return res, errors.Join(stop, killErr)
-		case started:
-			return result(stdout, stderr, -1, start), errors.Join(fmt.Errorf("vm: %s: %w", cmd.Name, err), killErr)
+		// The command may be running.
+		killErr := s.kill(ctx, st.id, p.User, marker, cmd.Name)
+		res := result(stdout, stderr, -1, start)
+		res.TimedOut = stop != nil
+		if stop == nil {
+			stop = fmt.Errorf("vm: %s: %w", cmd.Name, err)
 		}
-		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
+		return res, errors.Join(stop, killErr)
 	}
 	if err := startFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
 		return nil, err
@@ -143,26 +142,12 @@ func (s *sandbox) process(cmd exec.Command) (process, string) {
 // env and the working directory as JSON strings, where bytes that are not
 // UTF-8 become U+FFFD.
 func validUTF8(cmd exec.Command) error {
-	bad := func(what string, i int, s string) error {
-		if i >= 0 {
-			what = fmt.Sprintf("%s %d", what, i)
-		}
-		return fmt.Errorf("%w: %s %q is not valid UTF-8, which Podman's exec cannot carry unaltered", exec.ErrInvalidCommand, what, s)
-	}
-	switch {
-	case !utf8.ValidString(cmd.Name):
-		return bad("name", -1, cmd.Name)
-	case !utf8.ValidString(cmd.Dir):
-		return bad("dir", -1, cmd.Dir)
-	}
-	for i, a := range cmd.Args {
-		if !utf8.ValidString(a) {
-			return bad("argument", i, a)
-		}
-	}
-	for i, e := range cmd.Env {
-		if !utf8.ValidString(e) {
-			return bad("env entry", i, e)
+	for _, f := range []struct {
+		what string
+		vals []string
+	}{{"name", []string{cmd.Name}}, {"dir", []string{cmd.Dir}}, {"argument", cmd.Args}, {"env entry", cmd.Env}} {
+		if i := slices.IndexFunc(f.vals, func(v string) bool { return !utf8.ValidString(v) }); i >= 0 {
+			return fmt.Errorf("%w: %s %q is not valid UTF-8, which Podman's exec cannot carry unaltered", exec.ErrInvalidCommand, f.what, f.vals[i])
 		}
 	}
 	return nil
@@ -186,8 +171,8 @@ func result(stdout, stderr *capture.Stream, code int, start time.Time) *exec.Res
 // by a signal (the 137 of a process the removal killed) or with Podman's
 // own failure status 125 (Podman 5's CLI, when the container went
 // mid-exec), was ended by Remove; any other exit status stays data.
-func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
-	if !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
+func (s *sandbox) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
+	if !s.state().removed || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
 		return res, err
 	}
 	if err == nil && (res == nil || res.ExitCode <= 128 && res.ExitCode != 125) {
