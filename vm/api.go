@@ -49,11 +49,15 @@ func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*API
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	return newAPIVM(c, cfg), nil
+	return newAPIVM(c, cfg)
 }
 
 // newAPIVM returns a VM for cfg, already validated, on a connected
 // client; many VMs may share one client.
-func newAPIVM(c *libpod.Client, cfg Config) *APIVM {
-	return &APIVM{newSandbox(apiDriver{c}, cfg)}
+func newAPIVM(c *libpod.Client, cfg Config) (*APIVM, error) {
+	v := new(APIVM)
+	if err := v.init(apiDriver{c}, cfg); err != nil {
+		return nil, err
+	}
+	return v, nil
 }

@@ -96,7 +96,11 @@ func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
 }
 
 func (d cliDriver) local() (bool, string) {
-	return d.hostIsLocal(), d.podman + " " + strings.Join(d.global, " ") + " " + os.Getenv("CONTAINER_HOST")
+	host := os.Getenv("CONTAINER_HOST")
+	if len(d.global) == 2 { // --url
+		host = d.global[1]
+	}
+	return isLocal(host), d.podman + " " + strings.Join(d.global, " ") + " " + os.Getenv("CONTAINER_HOST")
 }
 
 func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {

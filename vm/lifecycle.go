@@ -49,8 +49,18 @@ type state struct {
 	removed bool
 }
 
-func newSandbox(d driver, cfg Config) sandbox {
-	return sandbox{d: d, cfg: cfg.withDefaults(), token: randomHex()}
+// init makes s a sandbox for cfg, already validated, on d. When d's
+// Podman runs on this machine, a mount source that does not exist is
+// [ErrInvalidConfig], and d is closed.
+func (s *sandbox) init(d driver, cfg Config) error {
+	if local, _ := d.local(); local {
+		if err := cfg.checkMountSources(); err != nil {
+			d.close()
+			return err
+		}
+	}
+	s.d, s.cfg, s.token = d, cfg.withDefaults(), randomHex()
+	return nil
 }
 
 func randomHex() string {

@@ -57,8 +57,8 @@ func WithPodman(path string) Option { return func(o *options) { o.podman = path 
 // behind either.
 func WithExecutor(x exec.Executor) Option { return func(o *options) { o.x = x } }
 
-// WithLogger receives New's choice of backend and the reasons for it, and
-// Reap's removals. The default discards them.
+// WithLogger receives the choice of backend of New and Reap, with the
+// reasons for it, and Reap's removals. The default discards them.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithLabel restricts [Reap] to sandboxes that also carry label key=value
