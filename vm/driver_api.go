@@ -54,45 +54,39 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
-	if err := a.presentImage(ctx, cfg); err != nil {
-		return image{}, err
-	}
-	img, err := a.c.ImageInspect(ctx, cfg.Image)
-	if err != nil {
-		return image{}, apiError("image inspect", cfg.Image, err)
-	}
-	return image{Arch: img.Architecture}, nil
-}
-
-func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
-
-// presentImage applies the pull policy.
-func (a apiDriver) presentImage(ctx context.Context, cfg Config) error {
-	ref := cfg.Image
+func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
+	ref, present := cfg.Image, false
 	if cfg.Pull != PullAlways {
 		ok, err := a.c.ImageExists(ctx, ref)
 		switch {
 		case err != nil:
-			return apiError("image exists", ref, err)
-		case ok:
-			return nil
-		case cfg.Pull == PullNever && cfg.ImageArchive == "":
-			return fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, ref, PullNever)
+			return "", apiError("image exists", ref, err)
+		case !ok && cfg.Pull == PullNever && cfg.ImageArchive == "":
+			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, ref, PullNever)
+		}
+		present = ok
+	}
+	if !present && cfg.ImageArchive != "" {
+		if err := a.load(ctx, cfg); err != nil {
+			return "", err
+		}
+	} else if !present {
+		if err := a.c.ImagePull(ctx, ref); err != nil {
+			return "", apiError("pull", ref, err)
 		}
 	}
-	if cfg.ImageArchive != "" {
-		return a.loadArchive(ctx, cfg)
+	img, err := a.c.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", apiError("image inspect", ref, err)
 	}
-	if err := a.c.ImagePull(ctx, ref); err != nil {
-		return apiError("pull", ref, err)
-	}
-	return nil
+	return img.Architecture, nil
 }
 
-// loadArchive uploads the config's image archive and checks that it held
-// the image.
-func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
+func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
+
+// load uploads the config's image archive and checks that it held the
+// image.
+func (a apiDriver) load(ctx context.Context, cfg Config) error {
 	f, err := os.Open(cfg.ImageArchive)
 	if err != nil {
 		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
@@ -271,11 +265,7 @@ func (a apiDriver) list(ctx context.Context, label string) ([]container, error) 
 	if err != nil {
 		return nil, apiError("container list", "", err)
 	}
-	found := make([]container, len(list))
-	for i, c := range list {
-		found[i] = container{ID: c.ID, Labels: c.Labels}
-	}
-	return found, nil
+	return list, nil
 }
 
 func (a apiDriver) close() { a.c.CloseIdleConnections() }

@@ -184,7 +184,7 @@ func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string,
 // asks for Podman exec sessions, returns how the agent for its
 // architecture gets into the sandbox.
 func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
-	img, err := s.d.ensureImage(ctx, s.cfg)
+	arch, err := s.d.ensureImage(ctx, s.cfg)
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 	if _, no := agentUnmountable.Load(service); no {
 		local = false
 	}
-	return newAgentMount(img.Arch, local)
+	return newAgentMount(arch, local)
 }
 
 // agentUnmountable holds the services whose containers turned out not to
