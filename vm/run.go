@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,16 +78,23 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	defer cancel()
 
 	start := time.Now()
-	p, marker := s.process(cmd)
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
 	sniff := capture.New(sniffBytes)
+	marker := newMarker()
+	p := process{
+		Argv:    append([]string{cmd.Name}, cmd.Args...),
+		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
+		Workdir: cmp.Or(cmd.Dir, s.cfg.Workdir),
+		User:    s.cfg.User,
+		Stdout:  stdout,
+		Stderr:  io.MultiWriter(stderr, sniff),
+	}
 	var stdin *errReader
 	if cmd.Stdin != nil {
 		stdin = &errReader{r: cmd.Stdin}
 		p.Stdin = stdin
 	}
-	p.Stdout, p.Stderr = stdout, io.MultiWriter(stderr, sniff)
 	code, started, err := s.d.exec(runCtx, st.id, p)
 	if err != nil {
 		stop := deadline.Err("vm", ctx, runCtx, cmd.Name, cmd.Timeout)
@@ -118,25 +126,8 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 }
 
 // markerKey is the environment variable that tags every process of one
-// Run, so that the kill can find the command's whole tree inside the
-// sandbox: children inherit it.
+// Run, inherited by its children, for the kill to find them all.
 const markerKey = "PODVM_RUN"
-
-// process is the exec session for cmd, and the marker its processes
-// carry.
-func (s *sandbox) process(cmd exec.Command) (process, string) {
-	marker := newMarker()
-	dir := cmd.Dir
-	if dir == "" {
-		dir = s.cfg.Workdir
-	}
-	return process{
-		Argv:    append([]string{cmd.Name}, cmd.Args...),
-		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
-		Workdir: dir,
-		User:    s.cfg.User,
-	}, marker
-}
 
 // validUTF8 refuses a command that Podman would alter: it carries argv,
 // env and the working directory as JSON strings, where bytes that are not
