@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/podvm/podvm/exec"
@@ -65,30 +66,20 @@ func recognise(msg string) error {
 // Anything else is the command's exit and stays data, a command's own
 // "Error: the build failed" and 125 included.
 func startFailure(name string, code int, stdoutTotal int64, stderrHead string, stderrTotal int64) error {
-	switch code {
-	case 125, 126, 127, 255:
-	default:
-		return nil
-	}
-	if stdoutTotal != 0 || stderrTotal == 0 || int64(len(stderrHead)) != stderrTotal {
+	if !slices.Contains([]int{125, 126, 127, 255}, code) || stdoutTotal != 0 || stderrTotal == 0 || int64(len(stderrHead)) != stderrTotal {
 		return nil
 	}
 	lines := strings.Split(strings.TrimSpace(stderrHead), "\n")
-	for _, l := range lines {
-		if !podmanLine.MatchString(l) {
-			return nil
-		}
+	if slices.ContainsFunc(lines, func(l string) bool { return !podmanLine.MatchString(l) }) {
+		return nil
 	}
 	sentinel := recognise(stderrHead)
 	if sentinel == nil || sentinel == fs.ErrNotExist {
 		return nil
 	}
 	msg := lines[0]
-	for _, l := range lines {
-		if strings.HasPrefix(l, "Error: ") {
-			msg = l
-			break
-		}
+	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Error: ") }); i >= 0 {
+		msg = lines[i]
 	}
 	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(msg, "Error: "))
 }
