@@ -50,6 +50,11 @@ type driver interface {
 	close()
 }
 
+// initEntrypoint makes PID 1 Podman's init (catatonit) in pause mode: it
+// keeps the sandbox alive and reaps orphans, and needs nothing from the
+// image, not even /bin/sh.
+var initEntrypoint = []string{"/run/podman-init", "-P"}
+
 // process is one command for [driver.exec], as Podman's exec takes it.
 type process struct {
 	Argv    []string

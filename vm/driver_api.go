@@ -19,15 +19,6 @@ type apiDriver struct{ c *libpod.Client }
 
 var _ driver = apiDriver{}
 
-// apiInitEntrypoint makes PID 1 Podman's init in pause mode: it keeps the
-// sandbox alive and reaps orphans, and needs nothing from the image.
-var apiInitEntrypoint = []string{"/run/podman-init", "-P"}
-
-// apiStreamGrace is how long an exec's stream may stay open once its
-// process has exited before it is closed: the host executor's grace for
-// its pipes.
-const apiStreamGrace = exec.DefaultKillGrace
-
 // apiError maps an error of internal/libpod to the vm error it means,
 // wrapping both: [ErrUnavailable] when no answer came (the socket is gone,
 // the dial failed, the connection dropped, mid-stream included); what
@@ -105,27 +96,8 @@ func (a apiDriver) load(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
-	spec := apiSpec(cfg, labels)
-	if agent != nil {
-		spec.Init, spec.Entrypoint, spec.Stdin = false, []string{agentPath}, true
-		spec.LogConfiguration = &libpod.LogConfig{Driver: "none"}
-		if agent.hostDir != "" {
-			spec.Mounts = append(spec.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})
-		}
-	}
-	id, err := a.c.ContainerCreate(ctx, spec)
-	if err == nil && agent == nil {
-		err = a.c.ContainerStart(ctx, id)
-	}
-	if err != nil {
-		return id, apiError("create from", cfg.Image, err)
-	}
-	return id, nil
-}
-
-// apiSpec is the container cfg describes.
-func apiSpec(c Config, labels map[string]string) *libpod.Spec {
+// create creates (and, with no agent, starts) the container cfg describes.
+func (a apiDriver) create(ctx context.Context, c Config, labels map[string]string, agent *agentMount) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {
 		k, val, _ := strings.Cut(e, "=")
@@ -137,7 +109,7 @@ func apiSpec(c Config, labels map[string]string) *libpod.Spec {
 		Image:              c.Image,
 		Labels:             labels,
 		Init:               true,
-		Entrypoint:         apiInitEntrypoint,
+		Entrypoint:         initEntrypoint,
 		Env:                env,
 		WorkDir:            c.Workdir,
 		User:               c.User,
@@ -170,7 +142,21 @@ func apiSpec(c Config, labels map[string]string) *libpod.Spec {
 		}
 		s.Mounts = append(s.Mounts, libpod.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", opt}})
 	}
-	return s
+	if agent != nil {
+		s.Init, s.Entrypoint, s.Stdin = false, []string{agentPath}, true
+		s.LogConfiguration = &libpod.LogConfig{Driver: "none"}
+		if agent.hostDir != "" {
+			s.Mounts = append(s.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})
+		}
+	}
+	id, err := a.c.ContainerCreate(ctx, s)
+	if err == nil && agent == nil {
+		err = a.c.ContainerStart(ctx, id)
+	}
+	if err != nil {
+		return id, apiError("create from", c.Image, err)
+	}
+	return id, nil
 }
 
 // netNS maps Config.Network to a network namespace, as `podman run
@@ -199,7 +185,7 @@ func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, e
 		AttachStdin:  p.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-	}, p.Stdin, p.Stdout, p.Stderr, apiStreamGrace)
+	}, p.Stdin, p.Stdout, p.Stderr, exec.DefaultKillGrace) // the host executor's grace for its pipes
 	if err != nil {
 		if ctx.Err() != nil && execID != "" && a.c.CanRemoveExec() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillGrace)

@@ -27,11 +27,6 @@ type cliDriver struct {
 
 var _ driver = cliDriver{}
 
-// initEntrypoint makes PID 1 Podman's init (catatonit, with --init) in
-// pause mode: it keeps the sandbox alive and reaps orphans, and needs
-// nothing from the image, not even /bin/sh.
-const initEntrypoint = `["/run/podman-init","-P"]`
-
 // cliError maps a failed podman invocation to an error wrapping the vm
 // sentinel its stderr means ([ErrPodman] when none fits) and a
 // [*CLIError] carrying it. what names the object of the call; it may be
@@ -168,7 +163,8 @@ func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 	if agent != nil {
 		return append(a, "--entrypoint", `["`+agentPath+`"]`, c.Image)
 	}
-	return append(a, "--init", "--entrypoint", initEntrypoint, c.Image)
+	init, _ := json.Marshal(initEntrypoint)
+	return append(a, "--init", "--entrypoint", string(init), c.Image)
 }
 
 // exec runs p with `podman exec`, its stdio streamed through the

@@ -200,13 +200,11 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 var agentUnmountable sync.Map
 
 // createContainer runs the driver's create to its end even when ctx ends
-// first. A create cut short can still complete in Podman afterwards (the
-// service goes on with a request whose client left; a killed podman
-// client's service does too) and, were it abandoned, would leave a
-// container after the removal by label had found none. So once ctx has
-// ended the create gets cleanupTimeout more to finish; only then is it
-// cancelled. It returns the ID of what it made, if anything, and ctx's
-// error when ctx ended.
+// first: Podman can complete a create whose client left (a killed podman
+// client's service too), and an abandoned one would leave a container
+// after the removal by label had found none. Once ctx has ended the create
+// gets cleanupTimeout more, then is cancelled. It returns the ID of what
+// it made, if anything, and ctx's error when ctx ended.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
 	labels := s.cfg.labels()
 	labels[labelToken] = s.token

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"io"
 	"log/slog"
 	"time"
 
@@ -76,7 +75,7 @@ func WithLabel(key, value string) Option {
 func WithPingTimeout(d time.Duration) Option { return func(o *options) { o.pingTimeout = d } }
 
 func newOptions(opts []Option) options {
-	o := options{podman: "podman", pingTimeout: DefaultPingTimeout, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	o := options{podman: "podman", pingTimeout: DefaultPingTimeout, log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
