@@ -38,8 +38,8 @@ type sandbox struct {
 
 	st atomic.Pointer[state] // what Run and the copies see; replaced under mu
 	mu sync.Mutex            // serializes Create and Remove; guards the fields below
-	// created: Create was called; gone: nothing of ours is left.
-	created, gone bool
+	// created: Create was called; made: something of ours may be left.
+	created, made bool
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -114,17 +114,16 @@ func (s *sandbox) Create(ctx context.Context) error {
 	s.created = true
 	mount, err := s.ensureImages(ctx)
 	if err != nil {
-		s.gone = true // nothing was made
-		return err
+		return err // nothing was made
 	}
 	id, a, err := s.createStarted(ctx, mount)
-	if err == nil {
+	switch {
+	case err == nil:
+		s.made = true
 		s.st.Store(&state{id: id, agent: a})
 		return nil
-	}
-	if errors.Is(err, errNotReached) {
-		s.gone = true // nothing was made
-		return err
+	case errors.Is(err, errNotReached):
+		return err // nothing was made
 	}
 	// With a context of its own: ctx may be what ended the create.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -141,9 +140,9 @@ func (s *sandbox) Create(ctx context.Context) error {
 		// Podman cannot be reached, most likely never was: whatever it
 		// may have made carries podvm's labels, for Reap.
 	default:
+		s.made = true
 		return errors.Join(err, fmt.Errorf("vm: removing what the failed create made: %w", rmErr))
 	}
-	s.gone = true
 	return err
 }
 
@@ -253,14 +252,12 @@ func (s *sandbox) Remove(ctx context.Context) error {
 		// kill everything and exit, whatever the removal does.
 		defer a.Close()
 	}
-	if !s.created || s.gone {
+	if !s.made {
 		return nil
 	}
-	if err := s.removeMade(ctx, st.id); err != nil {
-		return err
-	}
-	s.gone = true
-	return nil
+	err := s.removeMade(ctx, st.id)
+	s.made = err != nil
+	return err
 }
 
 // removeMade removes our container: id when known, else whatever carries

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -176,28 +176,21 @@ func (s *sandbox) ended(name string, res *exec.Result, err error) (*exec.Result,
 // called while another goroutine reads, and on a nil *errReader.
 type errReader struct {
 	r   io.Reader
-	mu  sync.Mutex
-	err error
+	err atomic.Pointer[error]
 }
 
 func (e *errReader) Read(p []byte) (int, error) {
 	n, err := e.r.Read(p)
 	if err != nil && err != io.EOF {
-		e.mu.Lock()
-		if e.err == nil {
-			e.err = err
-		}
-		e.mu.Unlock()
+		e.err.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
 
 // Err is the first error other than io.EOF that a Read has returned.
 func (e *errReader) Err() error {
-	if e == nil {
+	if e == nil || e.err.Load() == nil {
 		return nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
+	return *e.err.Load()
 }
