@@ -3,8 +3,6 @@ package vm
 import (
 	"context"
 	"fmt"
-
-	"github.com/podvm/podvm/internal/libpod"
 )
 
 // APIVM is a [VM] that speaks the Podman REST API over the service's
@@ -49,12 +47,6 @@ func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*API
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	return newAPIVM(c, cfg)
-}
-
-// newAPIVM returns a VM for cfg, already validated, on a connected
-// client; many VMs may share one client.
-func newAPIVM(c *libpod.Client, cfg Config) (*APIVM, error) {
 	v := new(APIVM)
 	if err := v.init(apiDriver{c}, cfg); err != nil {
 		return nil, err

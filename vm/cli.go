@@ -39,11 +39,6 @@ func NewCLIVM(cfg Config, x exec.Executor, opts ...Option) (*CLIVM, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCLIVM(cfg, d)
-}
-
-// newCLIVM is a CLIVM for cfg, already validated, on driver d.
-func newCLIVM(cfg Config, d cliDriver) (*CLIVM, error) {
 	v := new(CLIVM)
 	if err := v.init(d, cfg); err != nil {
 		return nil, err

@@ -43,13 +43,14 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	var v VM
-	if a, ok := d.(apiDriver); ok {
-		v, err = newAPIVM(a.c, cfg)
-	} else {
-		v, err = newCLIVM(cfg, d.(cliDriver))
+	var v interface {
+		VM
+		init(driver, Config) error
+	} = new(CLIVM)
+	if _, ok := d.(apiDriver); ok {
+		v = new(APIVM)
 	}
-	if err != nil {
+	if err := v.init(d, cfg); err != nil {
 		return nil, err
 	}
 	return v, nil
