@@ -20,12 +20,9 @@ type apiDriver struct{ c *libpod.Client }
 var _ driver = apiDriver{}
 
 // apiError maps an error of internal/libpod to the vm error it means,
-// wrapping both: [ErrUnavailable] when no answer came (the socket is gone,
-// the dial failed, the connection dropped, mid-stream included); what
-// podmanMessages recognises in libpod's cause and message; [ErrPodman]
-// for any other failure. A context's error is not a failure of Podman: it
-// is wrapped with no sentinel. what names the object of the call (the
-// image, the command, the path); it may be empty.
+// wrapping both: [ErrUnavailable] when no answer came (mid-stream
+// included), else what podmanMessages recognises in libpod's cause and
+// message, else [ErrPodman]. A context's error gets no sentinel.
 func apiError(op, what string, err error) error {
 	var le *libpod.Error
 	switch {

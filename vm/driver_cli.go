@@ -27,10 +27,8 @@ type cliDriver struct {
 
 var _ driver = cliDriver{}
 
-// cliError maps a failed podman invocation to an error wrapping the vm
-// sentinel its stderr means ([ErrPodman] when none fits) and a
-// [*CLIError] carrying it. what names the object of the call; it may be
-// empty.
+// cliError wraps a failed podman invocation as a [*CLIError], with the
+// sentinel its stderr means.
 func cliError(op, what string, res *exec.Result) error {
 	return classify("podman "+op, what, res.Stderr, &CLIError{Op: op, ExitCode: res.ExitCode, Stderr: res.Stderr})
 }

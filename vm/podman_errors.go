@@ -12,12 +12,11 @@ import (
 	"github.com/podvm/podvm/internal/libpod"
 )
 
-// This file is where Podman's failures are recognised: one table of the
-// messages Podman prints or answers, for both transports and both Podman
-// versions, and one rule that tells Podman failing to start a command
-// from the command's own exit status. The samples the table was written
-// from are in testdata/podman-stderr (the CLI, local and remote) and
-// testdata/libpod (the REST API), replayed by the tests.
+// This file is where Podman's failures are recognised, for both transports
+// and both Podman versions: one table of its messages (written from the
+// samples in testdata/podman-stderr and testdata/libpod, which the tests
+// replay) and one rule that tells its failure to start a command from the
+// command's own exit status.
 
 // podmanMessages are Podman's failure messages, most specific first, each
 // with the error it means.
