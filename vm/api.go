@@ -3,8 +3,6 @@ package vm
 import (
 	"context"
 	"fmt"
-
-	"github.com/podvm/podvm/internal/libpod"
 )
 
 // APIVM is a [VM] that speaks the Podman REST API over the service's
@@ -49,11 +47,9 @@ func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*API
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	return newAPIVM(c, cfg), nil
-}
-
-// newAPIVM returns a VM for cfg, already validated, on a connected
-// client; many VMs may share one client.
-func newAPIVM(c *libpod.Client, cfg Config) *APIVM {
-	return &APIVM{newSandbox(apiDriver{c}, cfg)}
+	v := new(APIVM)
+	if err := v.init(apiDriver{c}, cfg); err != nil {
+		return nil, err
+	}
+	return v, nil
 }

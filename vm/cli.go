@@ -2,7 +2,6 @@ package vm
 
 import (
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/podvm/podvm/exec"
@@ -40,17 +39,11 @@ func NewCLIVM(cfg Config, x exec.Executor, opts ...Option) (*CLIVM, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newCLIVM(cfg, d)
-}
-
-// newCLIVM is a CLIVM for cfg, already validated, on driver d.
-func newCLIVM(cfg Config, d cliDriver) (*CLIVM, error) {
-	if d.hostIsLocal() {
-		if err := cfg.checkMountSources(); err != nil {
-			return nil, err
-		}
+	v := new(CLIVM)
+	if err := v.init(d, cfg); err != nil {
+		return nil, err
 	}
-	return &CLIVM{newSandbox(d, cfg)}, nil
+	return v, nil
 }
 
 // newCLIDriver is the CLI driver the options describe.
@@ -77,15 +70,6 @@ func newCLIDriver(x exec.Executor, o options) (cliDriver, error) {
 // leaves it), never killed as a cgroup or a subreaper's tree.
 func podmanExecutor(opts ...exec.Option) exec.Executor {
 	return exec.NewCommandExecutor(append(opts, exec.WithContainment(exec.ContainProcessGroup))...)
-}
-
-// hostIsLocal reports whether podman runs its containers on this machine.
-func (d cliDriver) hostIsLocal() bool {
-	uri := os.Getenv("CONTAINER_HOST")
-	if len(d.global) == 2 {
-		uri = d.global[1]
-	}
-	return isLocal(uri)
 }
 
 // isLocal reports whether a Podman service URI (or none) is on this

@@ -1,11 +1,13 @@
 package vm
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,10 +159,7 @@ func (c Config) Validate() error {
 		return bad("pids %d: want 0 (default %d) up to %d", c.Pids, DefaultPids, maxPids)
 	case strings.IndexByte(c.ImageArchive, 0) >= 0:
 		return bad("NUL byte in image archive path %q", c.ImageArchive)
-	}
-	switch c.Pull {
-	case "", PullMissing, PullNever, PullAlways:
-	default:
+	case !slices.Contains([]PullPolicy{"", PullMissing, PullNever, PullAlways}, c.Pull):
 		return bad("pull policy %q: want %q, %q or %q", c.Pull, PullMissing, PullNever, PullAlways)
 	}
 	if err := exec.ValidateEnv(c.Env); err != nil {
@@ -206,24 +205,14 @@ func (c Config) checkMountSources() error {
 
 // withDefaults returns c with its zero fields replaced by their defaults.
 func (c Config) withDefaults() Config {
-	if c.Network == "" {
-		c.Network = DefaultNetwork
-	}
-	if c.Pids == 0 {
-		c.Pids = DefaultPids
-	}
-	if c.Pull == "" {
-		c.Pull = PullMissing
-	}
+	c.Network, c.Pids, c.Pull = cmp.Or(c.Network, DefaultNetwork), cmp.Or(c.Pids, DefaultPids), cmp.Or(c.Pull, PullMissing)
 	return c
 }
 
 // labels returns the user's labels plus podvm's own.
 func (c Config) labels() map[string]string {
-	l := maps.Clone(c.Labels)
-	if l == nil {
-		l = map[string]string{}
-	}
+	l := map[string]string{}
+	maps.Copy(l, c.Labels)
 	host, _ := os.Hostname()
 	l[LabelManaged] = "true"
 	l[LabelOwnerPID] = strconv.Itoa(os.Getpid())

@@ -29,16 +29,12 @@ var ErrInvalidPath = errors.New("vm: invalid sandbox path")
 // never onto the host. A dir that does not exist matches
 // [fs.ErrNotExist]; one that is not a directory, [ErrPodman].
 func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
-	if err := checkPath("copy into", dir); err != nil {
-		return err
-	}
-	dir = path.Clean(dir)
-	id, _, err := s.st.container()
+	dir, st, err := s.at("copy into", dir)
 	if err != nil {
 		return err
 	}
 	in := &errReader{r: targuard.New(r, "")}
-	err = s.d.copyIn(ctx, id, dir, in)
+	err = s.d.copyIn(ctx, st.id, dir, in)
 	if in.Err() != nil {
 		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
 	}
@@ -56,11 +52,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // say) is an error matching [ErrPodman]. When CopyOut fails, w may have
 // received part of a stream.
 func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
-	if err := checkPath("copy out", p); err != nil {
-		return err
-	}
-	p = path.Clean(p)
-	id, _, err := s.st.container()
+	p, st, err := s.at("copy out", p)
 	if err != nil {
 		return err
 	}
@@ -79,7 +71,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 		pr.CloseWithError(err) // the driver's further output is dropped
 		copied <- err
 	}()
-	err = s.d.copyOut(ctx, id, p, pw)
+	err = s.d.copyOut(ctx, st.id, p, pw)
 	pw.Close()
 	copyErr := <-copied
 	switch {
@@ -93,9 +85,11 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	return nil
 }
 
-func checkPath(op, p string) error {
+// at returns path p of a copy (op) cleaned, and the sandbox's state.
+func (s *sandbox) at(op, p string) (string, state, error) {
 	if !path.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-		return fmt.Errorf("%w: %s %q: want an absolute path in the sandbox", ErrInvalidPath, op, p)
+		return "", state{}, fmt.Errorf("%w: %s %q: want an absolute path in the sandbox", ErrInvalidPath, op, p)
 	}
-	return nil
+	st, err := s.container()
+	return path.Clean(p), st, err
 }

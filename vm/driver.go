@@ -3,42 +3,40 @@ package vm
 import (
 	"context"
 	"io"
+
+	"github.com/podvm/podvm/internal/libpod"
 )
 
 // driver is what differs between reaching Podman through its REST API
-// and through the podman command: nothing else. The portable sandbox
-// ([sandbox]) keeps the whole [VM] contract over it, once.
-//
-// Every method is bounded by its ctx. Errors match the vm sentinel
-// Podman's answer means (see podman_errors.go), [ErrUnavailable] when
-// Podman could not be reached, and wrap the native error ([*APIError],
-// [*CLIError]); a context's error is wrapped as it is.
+// and through the podman command; the [sandbox] keeps the whole [VM]
+// contract over it, once. Every method is bounded by its ctx. Errors
+// match the sentinel Podman's answer means (podman_errors.go), or
+// [ErrUnavailable] when Podman could not be reached, and wrap the native
+// error ([*APIError], [*CLIError]); a context's error is wrapped as is.
 type driver interface {
 	// ensureImage makes cfg.Image present as cfg.Pull and
-	// cfg.ImageArchive say, and returns what podvm needs of it.
-	ensureImage(ctx context.Context, cfg Config) (image, error)
-	// local reports whether the containers may run on this machine,
-	// where a bind mount could reach the caller's files, and names the
-	// service for remembering that it does not (a unix socket can lead
-	// to another filesystem: a VM, another mount namespace).
+	// cfg.ImageArchive say, and returns its architecture (a GOARCH).
+	ensureImage(ctx context.Context, cfg Config) (arch string, err error)
+	// local reports whether the containers run on this machine, where a
+	// bind mount reaches the caller's files, and names the service (a
+	// unix socket can still lead to another filesystem).
 	local() (bool, string)
-	// create creates a container for cfg, carrying labels, and returns
-	// its ID. With agent nil it also starts it, PID 1 being Podman's
-	// init; otherwise PID 1 is the agent (as the container's user, stdin
-	// open, stdio not logged), bind-mounted from agent.hostDir when that is set, and the
-	// container is left created for the caller to put the agent in and
-	// attach. When it fails, something may have been made: the caller
-	// removes it by label.
+	// create creates a container for cfg carrying labels and returns its
+	// ID. With agent nil it also starts it, PID 1 being Podman's init.
+	// Otherwise PID 1 is the agent (as the container's user, stdin open,
+	// stdio not logged), bind-mounted from agent.hostDir when set, and the
+	// container is left created. When it fails, something may have been
+	// made: the caller removes it by label.
 	create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error)
 	// attach attaches to the stdio of created container id, then starts
-	// it, and returns the stream: reading it yields the container's
-	// stdout, writing it feeds its stdin. Closing it detaches.
+	// it: reading the stream yields its stdout, writing feeds its stdin.
+	// Closing it detaches.
 	attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
 	// exec runs p in container id as a Podman exec session and returns
-	// its exit status once the output is drained and the session has
-	// ended. started reports that the session began (so the command may
-	// have run). When ctx ends first it returns ctx's error promptly and
-	// leaves what runs to the caller's kill.
+	// its exit status once the output is drained and the session ended.
+	// started reports that the session began (the command may have run).
+	// When ctx ends first it returns promptly, leaving what runs to the
+	// caller's kill.
 	exec(ctx context.Context, id string, p process) (code int, started bool, err error)
 	// copyIn extracts the tar stream r into directory dir of container id.
 	copyIn(ctx context.Context, id, dir string, r io.Reader) error
@@ -52,8 +50,12 @@ type driver interface {
 	close()
 }
 
-// process is one command for [driver.exec]: argv, environment, working
-// directory and user, as Podman's exec takes them, and its stdio.
+// initEntrypoint makes PID 1 Podman's init (catatonit) in pause mode: it
+// keeps the sandbox alive and reaps orphans, and needs nothing from the
+// image, not even /bin/sh.
+var initEntrypoint = []string{"/run/podman-init", "-P"}
+
+// process is one command for [driver.exec], as Podman's exec takes it.
 type process struct {
 	Argv    []string
 	Env     []string // the command's env; the container's is the base
@@ -64,13 +66,6 @@ type process struct {
 	Stderr  io.Writer
 }
 
-// image is what podvm reads of an image.
-type image struct {
-	Arch string // a GOARCH
-}
-
-// container is a container as [driver.list] finds it.
-type container struct {
-	ID     string
-	Labels map[string]string
-}
+// container is a container as [driver.list] finds it: its ID and labels,
+// as both `podman ps --format json` and the REST API spell them.
+type container = libpod.Listed

@@ -19,37 +19,19 @@ type apiDriver struct{ c *libpod.Client }
 
 var _ driver = apiDriver{}
 
-// apiInitEntrypoint makes PID 1 Podman's init in pause mode: it keeps the
-// sandbox alive and reaps orphans, and needs nothing from the image.
-var apiInitEntrypoint = []string{"/run/podman-init", "-P"}
-
-// apiStreamGrace is how long an exec's stream may stay open once its
-// process has exited before it is closed: the host executor's grace for
-// its pipes.
-const apiStreamGrace = exec.DefaultKillGrace
-
 // apiError maps an error of internal/libpod to the vm error it means,
-// wrapping both: [ErrUnavailable] when no answer came (the socket is gone,
-// the dial failed, the connection dropped, mid-stream included); what
-// podmanMessages recognises in libpod's cause and message; [ErrPodman]
-// for any other failure. A context's error is not a failure of Podman: it
-// is wrapped with no sentinel. what names the object of the call (the
-// image, the command, the path); it may be empty.
+// wrapping both: [ErrUnavailable] when no answer came (mid-stream
+// included), else what podmanMessages recognises in libpod's cause and
+// message, else [ErrPodman]. A context's error gets no sentinel.
 func apiError(op, what string, err error) error {
 	var le *libpod.Error
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		if what != "" {
-			op += " " + what
-		}
-		return fmt.Errorf("vm: %s: %w", op, err)
+		return wrap(nil, op, what, err)
 	case !errors.As(err, &le):
 		return classify(op, what, "", err)
 	case le.Unreachable():
-		if what != "" {
-			op += " " + what
-		}
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+		return wrap(ErrUnavailable, op, what, err)
 	}
 	return classify(op, what, le.Cause+"\n"+le.Message, err)
 }
@@ -60,45 +42,39 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
-	if err := a.presentImage(ctx, cfg); err != nil {
-		return image{}, err
-	}
-	img, err := a.c.ImageInspect(ctx, cfg.Image)
-	if err != nil {
-		return image{}, apiError("image inspect", cfg.Image, err)
-	}
-	return image{Arch: img.Architecture}, nil
-}
-
-func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
-
-// presentImage applies the pull policy.
-func (a apiDriver) presentImage(ctx context.Context, cfg Config) error {
-	ref := cfg.Image
+func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
+	ref, present := cfg.Image, false
 	if cfg.Pull != PullAlways {
 		ok, err := a.c.ImageExists(ctx, ref)
 		switch {
 		case err != nil:
-			return apiError("image exists", ref, err)
-		case ok:
-			return nil
-		case cfg.Pull == PullNever && cfg.ImageArchive == "":
-			return fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, ref, PullNever)
+			return "", apiError("image exists", ref, err)
+		case !ok && cfg.Pull == PullNever && cfg.ImageArchive == "":
+			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, ref, PullNever)
+		}
+		present = ok
+	}
+	if !present && cfg.ImageArchive != "" {
+		if err := a.load(ctx, cfg); err != nil {
+			return "", err
+		}
+	} else if !present {
+		if err := a.c.ImagePull(ctx, ref); err != nil {
+			return "", apiError("pull", ref, err)
 		}
 	}
-	if cfg.ImageArchive != "" {
-		return a.loadArchive(ctx, cfg)
+	img, err := a.c.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", apiError("image inspect", ref, err)
 	}
-	if err := a.c.ImagePull(ctx, ref); err != nil {
-		return apiError("pull", ref, err)
-	}
-	return nil
+	return img.Architecture, nil
 }
 
-// loadArchive uploads the config's image archive and checks that it held
-// the image.
-func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
+func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
+
+// load uploads the config's image archive and checks that it held the
+// image.
+func (a apiDriver) load(ctx context.Context, cfg Config) error {
 	f, err := os.Open(cfg.ImageArchive)
 	if err != nil {
 		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
@@ -117,27 +93,8 @@ func (a apiDriver) loadArchive(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func (a apiDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
-	spec := apiSpec(cfg, labels)
-	if agent != nil {
-		spec.Init, spec.Entrypoint, spec.Stdin = false, []string{agentPath}, true
-		spec.LogConfiguration = &libpod.LogConfig{Driver: "none"}
-		if agent.hostDir != "" {
-			spec.Mounts = append(spec.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})
-		}
-	}
-	id, err := a.c.ContainerCreate(ctx, spec)
-	if err == nil && agent == nil {
-		err = a.c.ContainerStart(ctx, id)
-	}
-	if err != nil {
-		return id, apiError("create from", cfg.Image, err)
-	}
-	return id, nil
-}
-
-// apiSpec is the container cfg describes.
-func apiSpec(c Config, labels map[string]string) *libpod.Spec {
+// create creates (and, with no agent, starts) the container cfg describes.
+func (a apiDriver) create(ctx context.Context, c Config, labels map[string]string, agent *agentMount) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {
 		k, val, _ := strings.Cut(e, "=")
@@ -149,7 +106,7 @@ func apiSpec(c Config, labels map[string]string) *libpod.Spec {
 		Image:              c.Image,
 		Labels:             labels,
 		Init:               true,
-		Entrypoint:         apiInitEntrypoint,
+		Entrypoint:         initEntrypoint,
 		Env:                env,
 		WorkDir:            c.Workdir,
 		User:               c.User,
@@ -182,7 +139,21 @@ func apiSpec(c Config, labels map[string]string) *libpod.Spec {
 		}
 		s.Mounts = append(s.Mounts, libpod.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", opt}})
 	}
-	return s
+	if agent != nil {
+		s.Init, s.Entrypoint, s.Stdin = false, []string{agentPath}, true
+		s.LogConfiguration = &libpod.LogConfig{Driver: "none"}
+		if agent.hostDir != "" {
+			s.Mounts = append(s.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})
+		}
+	}
+	id, err := a.c.ContainerCreate(ctx, s)
+	if err == nil && agent == nil {
+		err = a.c.ContainerStart(ctx, id)
+	}
+	if err != nil {
+		return id, apiError("create from", c.Image, err)
+	}
+	return id, nil
 }
 
 // netNS maps Config.Network to a network namespace, as `podman run
@@ -211,7 +182,7 @@ func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, e
 		AttachStdin:  p.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-	}, p.Stdin, p.Stdout, p.Stderr, apiStreamGrace)
+	}, p.Stdin, p.Stdout, p.Stderr, exec.DefaultKillGrace) // the host executor's grace for its pipes
 	if err != nil {
 		if ctx.Err() != nil && execID != "" && a.c.CanRemoveExec() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillGrace)
@@ -260,7 +231,7 @@ func (a apiDriver) copyOut(ctx context.Context, id, path string, w io.Writer) er
 		if errors.As(err, &le) {
 			return apiError("copy out", path, err)
 		}
-		return fmt.Errorf("vm: copy out %s: %w", path, err)
+		return wrap(nil, "copy out", path, err)
 	}
 	return nil
 }
@@ -277,11 +248,7 @@ func (a apiDriver) list(ctx context.Context, label string) ([]container, error) 
 	if err != nil {
 		return nil, apiError("container list", "", err)
 	}
-	found := make([]container, len(list))
-	for i, c := range list {
-		found[i] = container{ID: c.ID, Labels: c.Labels}
-	}
-	return found, nil
+	return list, nil
 }
 
 func (a apiDriver) close() { a.c.CloseIdleConnections() }

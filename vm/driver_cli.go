@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -26,80 +27,78 @@ type cliDriver struct {
 
 var _ driver = cliDriver{}
 
-// initEntrypoint makes PID 1 Podman's init (catatonit, with --init) in
-// pause mode: it keeps the sandbox alive and reaps orphans, and needs
-// nothing from the image, not even /bin/sh.
-const initEntrypoint = `["/run/podman-init","-P"]`
-
-// cliError maps a failed podman invocation to an error wrapping the vm
-// sentinel its stderr means ([ErrPodman] when none fits) and a
-// [*CLIError] carrying it. what names the object of the call; it may be
-// empty.
+// cliError wraps a failed podman invocation as a [*CLIError], with the
+// sentinel its stderr means.
 func cliError(op, what string, res *exec.Result) error {
 	return classify("podman "+op, what, res.Stderr, &CLIError{Op: op, ExitCode: res.ExitCode, Stderr: res.Stderr})
 }
 
-// run runs podman with the global flags and c.Args through the executor,
-// and maps a non-zero exit of podman to cliError. When podman cannot be
-// started, the error matches [ErrUnavailable]; a Result with TimedOut
-// comes back with the executor's error.
-func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*exec.Result, error) {
+// invoke runs podman with the global flags and c.Args through the
+// executor. Podman that cannot be started is [ErrUnavailable].
+func (d cliDriver) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
 	c.Name = d.podman
 	c.Args = append(slices.Clip(d.global), c.Args...)
-	if c.MaxOutputBytes == 0 {
-		c.MaxOutputBytes = errCapture
-	}
 	res, err := d.x.Run(ctx, c)
-	switch {
-	case res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)):
+	if res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)) {
 		// %v: the sandbox's exec.ErrNotFound must not match.
 		return nil, fmt.Errorf("%w: %w: %v", ErrUnavailable, errNotReached, err)
+	}
+	return res, err
+}
+
+// run is invoke for a command whose output only matters as an error,
+// and maps a non-zero exit of podman to cliError. A Result with TimedOut
+// comes back with the executor's error.
+func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*exec.Result, error) {
+	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, errCapture)
+	res, err := d.invoke(ctx, c)
+	switch {
+	case errors.Is(err, errNotReached):
+		return nil, err
 	case err != nil:
-		if what != "" {
-			op += " " + what
-		}
-		return res, fmt.Errorf("vm: podman %s: %w", op, err)
+		return res, wrap(nil, "podman "+op, what, err)
 	case res.ExitCode != 0:
 		return res, cliError(op, what, res)
 	}
 	return res, nil
 }
 
-func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (image, error) {
+func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
 	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", cfg.Image}}
-	read := func(res *exec.Result) image { return image{Arch: strings.TrimSpace(res.Stdout)} }
 	if cfg.Pull != PullAlways {
 		res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
 		switch {
 		case err == nil:
-			return read(res), nil
+			return strings.TrimSpace(res.Stdout), nil
 		case !errors.Is(err, ErrImageNotFound):
-			return image{}, err
+			return "", err
 		case cfg.Pull == PullNever && cfg.ImageArchive == "":
-			return image{}, fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, cfg.Image, PullNever)
+			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, cfg.Image, PullNever)
 		}
 	}
-	var err error
+	op, what, fetch := "pull", cfg.Image, []string{"pull", "-q", cfg.Image}
 	if cfg.ImageArchive != "" {
-		if _, serr := os.Stat(cfg.ImageArchive); serr != nil {
-			return image{}, fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, serr)
+		if _, err := os.Stat(cfg.ImageArchive); err != nil {
+			return "", fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
 		}
-		_, err = d.run(ctx, "load", cfg.ImageArchive, exec.Command{Args: []string{"load", "-q", "-i", cfg.ImageArchive}})
-	} else {
-		_, err = d.run(ctx, "pull", cfg.Image, exec.Command{Args: []string{"pull", "-q", cfg.Image}})
+		op, what, fetch = "load", cfg.ImageArchive, []string{"load", "-q", "-i", cfg.ImageArchive}
 	}
-	if err != nil {
-		return image{}, err
+	if _, err := d.run(ctx, op, what, exec.Command{Args: fetch}); err != nil {
+		return "", err
 	}
 	res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
 	if err != nil {
-		return image{}, err
+		return "", err
 	}
-	return read(res), nil
+	return strings.TrimSpace(res.Stdout), nil
 }
 
 func (d cliDriver) local() (bool, string) {
-	return d.hostIsLocal(), d.podman + " " + strings.Join(d.global, " ") + " " + os.Getenv("CONTAINER_HOST")
+	host := os.Getenv("CONTAINER_HOST")
+	if len(d.global) == 2 { // --url
+		host = d.global[1]
+	}
+	return isLocal(host), d.podman + " " + strings.Join(d.global, " ") + " " + os.Getenv("CONTAINER_HOST")
 }
 
 func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
@@ -108,18 +107,10 @@ func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]str
 		return "", err
 	}
 	id := strings.TrimSpace(res.Stdout)
-	if !isContainerID(id) {
+	if _, err := hex.DecodeString(id); err != nil || len(id) != 64 {
 		return "", fmt.Errorf("%w: podman run printed %q, not a container ID", ErrPodman, res.Stdout)
 	}
 	return id, nil
-}
-
-func isContainerID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
 }
 
 // runArgs is the argv of `podman run -d` for cfg or, with the agent as
@@ -133,9 +124,7 @@ func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 		}
 	}
 	a = append(a, "--pull", string(PullNever)) // ensureImage made it present
-	if c.Name != "" {
-		a = append(a, "--name", c.Name)
-	}
+	a = appendFlag(a, "--name", c.Name)
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		a = append(a, "--label", k+"="+labels[k])
 	}
@@ -165,37 +154,29 @@ func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 		}
 		a = append(a, "-v", spec)
 	}
-	if c.Workdir != "" {
-		a = append(a, "--workdir", c.Workdir)
-	}
-	if c.User != "" {
-		a = append(a, "--user", c.User)
-	}
+	a = appendFlag(appendFlag(a, "--workdir", c.Workdir), "--user", c.User)
 	for _, e := range c.Env {
 		a = append(a, "--env", e)
 	}
 	if agent != nil {
 		return append(a, "--entrypoint", `["`+agentPath+`"]`, c.Image)
 	}
-	return append(a, "--init", "--entrypoint", initEntrypoint, c.Image)
+	init, _ := json.Marshal(initEntrypoint)
+	return append(a, "--init", "--entrypoint", string(init), c.Image)
 }
 
 // exec runs p with `podman exec`, its stdio streamed through the
 // executor. podman's exit status is returned as it is: the sandbox tells
 // the command's from podman's own failures by content.
 func (d cliDriver) exec(ctx context.Context, id string, p process) (int, bool, error) {
-	c := exec.Command{
-		Name:           d.podman,
-		Args:           append(slices.Clip(d.global), execArgs(id, p)...),
+	res, err := d.invoke(ctx, exec.Command{
+		Args:           execArgs(id, p),
 		Stdin:          p.Stdin,
 		Stdout:         p.Stdout,
 		Stderr:         p.Stderr,
 		MaxOutputBytes: 1, // the sandbox captures through the writers
-	}
-	res, err := d.x.Run(ctx, c)
+	})
 	switch {
-	case res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)):
-		return -1, false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	case res == nil:
 		return -1, false, err
 	case res.TimedOut:
@@ -214,13 +195,16 @@ func execArgs(id string, p process) []string {
 	for _, e := range p.Env {
 		a = append(a, "--env", e)
 	}
-	if p.Workdir != "" {
-		a = append(a, "--workdir", p.Workdir)
-	}
-	if p.User != "" {
-		a = append(a, "--user", p.User)
-	}
+	a = appendFlag(appendFlag(a, "--workdir", p.Workdir), "--user", p.User)
 	return append(append(a, id), p.Argv...)
+}
+
+// appendFlag appends flag and v to a unless v is empty.
+func appendFlag(a []string, flag, v string) []string {
+	if v == "" {
+		return a
+	}
+	return append(a, flag, v)
 }
 
 func (d cliDriver) copyIn(ctx context.Context, id, dir string, r io.Reader) error {
@@ -246,16 +230,9 @@ func (d cliDriver) list(ctx context.Context, label string) ([]container, error) 
 	if err != nil {
 		return nil, err
 	}
-	var list []struct {
-		ID     string            `json:"Id"`
-		Labels map[string]string `json:"Labels"`
-	}
-	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
+	var found []container
+	if err := json.Unmarshal([]byte(res.Stdout), &found); err != nil {
 		return nil, fmt.Errorf("%w: podman ps: %v", ErrPodman, err)
-	}
-	found := make([]container, len(list))
-	for i, c := range list {
-		found[i] = container{ID: c.ID, Labels: c.Labels}
 	}
 	return found, nil
 }

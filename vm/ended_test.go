@@ -31,9 +31,9 @@ func TestEnded(t *testing.T) {
 		{"refused, Remove having begun", true, nil, fmt.Errorf("x: %w", ErrRemoved), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var s state
+			var s sandbox
 			if c.removedNow {
-				s.markRemoved()
+				s.st.Store(&state{removed: true})
 			}
 			res, err := s.ended("sh", c.res, c.err)
 			assert.Same(t, c.res, res)

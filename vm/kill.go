@@ -11,12 +11,12 @@ import (
 	"github.com/podvm/podvm/internal/capture"
 )
 
-// This file is how a Run that its timeout, its context or a dropped
-// connection stopped is ended inside the sandbox. Stopping the exec
-// session's client is not enough: Podman leaves the command running
-// (podman#19486, #10320). So every process of a Run carries a marker in
-// its environment ([markerKey]), and a second exec session runs
-// [killScript] to find and kill them all.
+// This file is how a Run on the Podman exec path that its timeout, its
+// context or a dropped connection stopped is ended inside the sandbox:
+// Podman leaves an exec's command running when its client stops
+// (podman#19486, #10320), so every process of a Run carries a marker in
+// its environment ([markerKey]) and a second exec session runs
+// [killScript] to kill them all.
 
 // KillGrace bounds how long past its timeout, or its context's end, a
 // stopped Run may take to return: the kill of its processes inside the
@@ -28,26 +28,19 @@ const KillGrace = 5 * time.Second
 // message.
 const errCapture = 64 << 10
 
-// killScript kills every process whose environment holds the marker $1,
-// using nothing but shell builtins, so it works when the pids limit is
-// reached and nothing can fork.
-//
-// First it stops them: SIGSTOP to each marked process and to its process
-// group (a group signal is atomic against fork: a fork racing it fails),
-// scan after scan, until a scan finds none left running. A stopped
-// process cannot fork, and holds its pids slot, so even a fork bomb whose
-// every child calls setsid stops growing and is caught whole. Then it
-// kills them all with SIGKILL the same way, until a scan finds none. Group
-// IDs 0 and 1 (a leader outside the sandbox's PID namespace, or init) and
-// its own are never signalled. Each phase gives up after 200 scans,
-// printing the processes still there, and exits 1.
-//
-// It is POSIX sh, for dash, busybox ash and bash alike: `read -d` and
-// `kill --` are not. An environ file is read whole, its NUL separators
-// dropped by read, and searched for the marker, whose fixed-length random
-// value cannot arise from two entries run together; a zombie's is empty.
-// The script first finds [killCheck] in its own environment, so a shell
-// that cannot read one fails the kill instead of finding nothing to kill.
+// killScript kills every process whose environment holds the marker $1
+// with shell builtins alone, so it works when the pids limit leaves no
+// room to fork. It SIGSTOPs each marked process and its process group (a
+// group signal is atomic against fork) scan after scan until none runs:
+// a stopped process cannot fork, so even a fork bomb of setsid children
+// is caught whole. Then it SIGKILLs them the same way. Groups 0 and 1 and
+// its own are never signalled; each phase gives up after 200 scans,
+// printing what is left, and exits 1. It is POSIX sh (dash, busybox ash,
+// bash; no `read -d`, no `kill --`); an environ file is read whole, its
+// NULs dropped by read, and the marker's fixed-length random value cannot
+// arise from two entries run together. It first finds [killCheck] in its
+// own environment, so a shell that cannot read one fails the kill (exit
+// 2) instead of finding nothing to kill.
 const killScript = `m=$1; me=$$
 has() {
   l=; while IFS= read -r x || [ -n "$x" ]; do l=$l$x; done 2>/dev/null <"$1"
@@ -91,29 +84,19 @@ const killCheck = "PODVM_KILL=1"
 // processes, so it cannot tell the run's from others'.
 var errKillBlind = errors.New("the kill script cannot read process environments")
 
-// kill kills, inside sandbox container id, every process of the run
-// marked with marker, running the kill script as user (who may read and
-// signal the run's processes) in a second exec session, with a context
-// of its own (the run's has ended) bounded by [KillGrace]. A kill that
-// fails for a reason that may pass (the pids limit refusing its exec, the
-// script finding processes still appearing) is tried again within the
-// grace; one that cannot get better (no /bin/sh in the image, no
-// container, no Podman) is not.
+// kill kills, inside container id, every process of the run marked with
+// marker, running the kill script as user in a second exec session
+// bounded by [KillGrace] (the run's ctx has ended). A failure that may
+// pass (the pids limit refusing the exec, processes still appearing) is
+// retried within the grace; one that cannot (no /bin/sh, no container,
+// no Podman) is not.
 func (s *sandbox) kill(ctx context.Context, id, user, marker, name string) error {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillGrace)
 	defer cancel()
 	script := killProcess(user, marker)
-	var err error
-	for {
-		if err = s.killOnce(kctx, id, script); err == nil || permanent(err) {
-			break
-		}
-		select {
-		case <-kctx.Done():
-		case <-time.After(50 * time.Millisecond):
-			continue
-		}
-		break
+	err := s.killOnce(kctx, id, script)
+	for err != nil && !permanent(err) && pause(kctx, 50*time.Millisecond) {
+		err = s.killOnce(kctx, id, script)
 	}
 	switch {
 	case err == nil:
@@ -124,11 +107,21 @@ func (s *sandbox) kill(ctx context.Context, id, user, marker, name string) error
 	return fmt.Errorf("vm: %s: killing its processes in the sandbox: %w", name, err)
 }
 
+// pause waits d and reports whether ctx is still live; it returns false
+// as soon as ctx ends.
+func pause(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
 // newMarker returns a fresh marker: markerKey=<random>.
 func newMarker() string { return markerKey + "=" + randomHex() }
 
-// killProcess is the exec session that kills the run marked with marker,
-// as user.
+// killProcess is the exec session that kills the run marked with marker.
 func killProcess(user, marker string) process {
 	return process{
 		Argv: []string{"/bin/sh", "-c", killScript, "podvm-kill", marker},

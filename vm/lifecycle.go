@@ -9,20 +9,19 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podvm/podvm/internal/agent"
 )
 
-// labelToken names one sandbox's container before its ID is known, so
-// that a failed or cancelled Create, or a Remove after it, finds what
-// Podman made without touching a container of the same Name that is not
-// ours.
+// labelToken names one sandbox's container before its ID is known, so a
+// failed Create, or a Remove after it, finds what Podman made without
+// touching a container of the same Name that is not ours.
 const labelToken = "io.podvm.token"
 
-// errNotReached is wrapped, beside [ErrUnavailable], by a driver that
-// knows its call never reached Podman (no podman binary to run), so that
-// nothing can have been made.
+// errNotReached is wrapped, beside [ErrUnavailable], by a driver whose
+// call never reached Podman (no podman binary): nothing can have been made.
 var errNotReached = errors.New("podman was not reached")
 
 // cleanupTimeout bounds the removal after a failed Create, and how long a
@@ -31,21 +30,37 @@ const cleanupTimeout = 30 * time.Second
 
 // sandbox is the one implementation of the [VM] contract, over a driver:
 // the lifecycle (this file), Run (run.go), how a run is stopped
-// (kill.go) and the copies (copy.go). [APIVM] and [CLIVM] are sandboxes
-// with the socket's and the CLI's driver.
+// (kill.go) and the copies (copy.go).
 type sandbox struct {
 	d     driver
 	cfg   Config // with defaults
 	token string // value of labelToken on our container
 
-	st state
-	mu sync.Mutex // serializes Create and Remove; guards the fields below
-	// created: Create was called; gone: nothing of ours is left.
-	created, gone bool
+	st atomic.Pointer[state] // what Run and the copies see; replaced under mu
+	mu sync.Mutex            // serializes Create and Remove; guards the fields below
+	// created: Create was called; made: something of ours may be left.
+	created, made bool
 }
 
-func newSandbox(d driver, cfg Config) sandbox {
-	return sandbox{d: d, cfg: cfg.withDefaults(), token: randomHex()}
+// state is the lifecycle as Run and the copies see it, never modified.
+type state struct {
+	id      string        // "" before Create succeeded
+	agent   *agent.Client // nil on the Podman exec path
+	removed bool
+}
+
+// init makes s a sandbox for cfg, already validated, on d. When d's
+// Podman runs on this machine, a mount source that does not exist is
+// [ErrInvalidConfig], and d is closed.
+func (s *sandbox) init(d driver, cfg Config) error {
+	if local, _ := d.local(); local {
+		if err := cfg.checkMountSources(); err != nil {
+			d.close()
+			return err
+		}
+	}
+	s.d, s.cfg, s.token = d, cfg.withDefaults(), randomHex()
+	return nil
 }
 
 func randomHex() string {
@@ -54,8 +69,29 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
+// state returns the current state.
+func (s *sandbox) state() state {
+	if p := s.st.Load(); p != nil {
+		return *p
+	}
+	return state{}
+}
+
+// container returns the state of a sandbox that can be used, or
+// ErrNotCreated / ErrRemoved.
+func (s *sandbox) container() (state, error) {
+	switch st := s.state(); {
+	case st.removed:
+		return st, ErrRemoved
+	case st.id == "":
+		return st, ErrNotCreated
+	default:
+		return st, nil
+	}
+}
+
 // ID returns the container's ID once Create succeeded, "" before.
-func (s *sandbox) ID() string { return s.st.ID() }
+func (s *sandbox) ID() string { return s.state().id }
 
 // Create makes the image present as the config's [PullPolicy] says,
 // creates the container with every field of the [Config] and starts it.
@@ -70,7 +106,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case s.st.isRemoved():
+	case s.state().removed:
 		return ErrRemoved
 	case s.created:
 		return ErrAlreadyCreated
@@ -78,17 +114,16 @@ func (s *sandbox) Create(ctx context.Context) error {
 	s.created = true
 	mount, err := s.ensureImages(ctx)
 	if err != nil {
-		s.gone = true // nothing was made
-		return err
+		return err // nothing was made
 	}
 	id, a, err := s.createStarted(ctx, mount)
-	if err == nil {
-		s.st.set(id, a)
+	switch {
+	case err == nil:
+		s.made = true
+		s.st.Store(&state{id: id, agent: a})
 		return nil
-	}
-	if errors.Is(err, errNotReached) {
-		s.gone = true // nothing was made
-		return err
+	case errors.Is(err, errNotReached):
+		return err // nothing was made
 	}
 	// With a context of its own: ctx may be what ended the create.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -96,8 +131,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 	rmErr := s.removeMade(cctx, id)
 	// A container caught mid-start (a start that ctx cut short goes on in
 	// the service) may refuse its removal for a moment: try again.
-	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && cctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond)
+	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && pause(cctx, 100*time.Millisecond) {
 		rmErr = s.removeMade(cctx, id)
 	}
 	switch {
@@ -106,9 +140,9 @@ func (s *sandbox) Create(ctx context.Context) error {
 		// Podman cannot be reached, most likely never was: whatever it
 		// may have made carries podvm's labels, for Reap.
 	default:
+		s.made = true
 		return errors.Join(err, fmt.Errorf("vm: removing what the failed create made: %w", rmErr))
 	}
-	s.gone = true
 	return err
 }
 
@@ -149,7 +183,7 @@ func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string,
 // asks for Podman exec sessions, returns how the agent for its
 // architecture gets into the sandbox.
 func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
-	img, err := s.d.ensureImage(ctx, s.cfg)
+	arch, err := s.d.ensureImage(ctx, s.cfg)
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
@@ -157,7 +191,7 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 	if _, no := agentUnmountable.Load(service); no {
 		local = false
 	}
-	return newAgentMount(img.Arch, local)
+	return newAgentMount(arch, local)
 }
 
 // agentUnmountable holds the services whose containers turned out not to
@@ -165,13 +199,11 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 var agentUnmountable sync.Map
 
 // createContainer runs the driver's create to its end even when ctx ends
-// first. A create cut short can still complete in Podman afterwards (the
-// service goes on with a request whose client left; a killed podman
-// client's service does too) and, were it abandoned, would leave a
-// container after the removal by label had found none. So once ctx has
-// ended the create gets cleanupTimeout more to finish; only then is it
-// cancelled. It returns the ID of what it made, if anything, and ctx's
-// error when ctx ended.
+// first: Podman can complete a create whose client left (a killed podman
+// client's service too), and an abandoned one would leave a container
+// after the removal by label had found none. Once ctx has ended the create
+// gets cleanupTimeout more, then is cancelled. It returns the ID of what
+// it made, if anything, and ctx's error when ctx ended.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
 	labels := s.cfg.labels()
 	labels[labelToken] = s.token
@@ -211,21 +243,21 @@ func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (strin
 func (s *sandbox) Remove(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.st.markRemoved()
+	st := s.state()
+	st.removed = true
+	s.st.Store(&st)
 	defer s.d.close() // nothing else will use what it keeps
-	if a := s.st.agentClient(); a != nil {
+	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.
 		defer a.Close()
 	}
-	if !s.created || s.gone {
+	if !s.made {
 		return nil
 	}
-	if err := s.removeMade(ctx, s.st.ID()); err != nil {
-		return err
-	}
-	s.gone = true
-	return nil
+	err := s.removeMade(ctx, st.id)
+	s.made = err != nil
+	return err
 }
 
 // removeMade removes our container: id when known, else whatever carries
@@ -244,62 +276,4 @@ func (s *sandbox) removeMade(ctx context.Context, id string) error {
 		}
 	}
 	return nil
-}
-
-// state is the lifecycle as Run and the copies see it: not created,
-// created, removed. It is safe for concurrent use.
-type state struct {
-	mu      sync.RWMutex
-	id      string
-	agent   *agent.Client // nil on the Podman exec path
-	removed bool
-}
-
-// container returns the container ID and the agent's client (nil on the
-// Podman exec path), or ErrNotCreated / ErrRemoved.
-func (s *state) container() (string, *agent.Client, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	switch {
-	case s.removed:
-		return "", nil, ErrRemoved
-	case s.id == "":
-		return "", nil, ErrNotCreated
-	}
-	return s.id, s.agent, nil
-}
-
-// set records the container, and its agent, once Create succeeded.
-func (s *state) set(id string, a *agent.Client) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.id, s.agent = id, a
-}
-
-// agentClient returns the agent's client, nil on the Podman exec path.
-func (s *state) agentClient() *agent.Client {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.agent
-}
-
-// markRemoved makes every later use fail with ErrRemoved.
-func (s *state) markRemoved() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.removed = true
-}
-
-// isRemoved reports whether markRemoved was called.
-func (s *state) isRemoved() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.removed
-}
-
-// ID returns the container ID, "" before Create.
-func (s *state) ID() string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.id
 }

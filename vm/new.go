@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,42 +32,55 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 		return nil, err
 	}
 	o := newOptions(opts)
-	if host := cmpOr(o.url, os.Getenv("CONTAINER_HOST")); isLocal(host) {
+	if isLocal(cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))) {
 		// Every candidate is on this machine: a missing mount source is
 		// a bad config, refused before any probe.
 		if err := cfg.checkMountSources(); err != nil {
 			return nil, err
 		}
 	}
-	c, tried, err := o.connect(ctx)
-	if c != nil {
-		o.log.Info("podvm: using the API backend", "uri", c.URI(), "server", c.Version().String())
-		return newAPIVMChecked(c, cfg)
-	}
+	d, err := o.driver(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v, cliErr := o.cli(cfg, len(tried) > 0)
-	if cliErr == nil {
-		o.log.Info("podvm: using the CLI backend", "podman", o.podman, "reason", reason(tried))
-		return v, nil
+	var v interface {
+		VM
+		init(driver, Config) error
+	} = new(CLIVM)
+	if _, ok := d.(apiDriver); ok {
+		v = new(APIVM)
 	}
-	if errors.Is(cliErr, ErrInvalidConfig) {
-		return nil, cliErr
+	if err := v.init(d, cfg); err != nil {
+		return nil, err
 	}
-	tried = append(tried, cliErr.Error())
-	return nil, fmt.Errorf("%w: tried %s", ErrUnavailable, strings.Join(tried, "; "))
+	return v, nil
 }
 
-// newAPIVMChecked is newAPIVM with the checks NewAPIVM makes of cfg.
-func newAPIVMChecked(c *libpod.Client, cfg Config) (VM, error) {
-	if strings.HasPrefix(c.URI(), "unix://") {
-		if err := cfg.checkMountSources(); err != nil {
-			c.CloseIdleConnections()
-			return nil, err
-		}
+// driver finds Podman as [New] describes, and logs its choice. When
+// nothing is usable the error matches [ErrUnavailable] and lists what was
+// tried, or [ErrInvalidConfig] for an option that cannot work.
+func (o options) driver(ctx context.Context) (driver, error) {
+	c, tried, err := o.connect(ctx)
+	switch {
+	case c != nil:
+		o.log.Info("podvm: using the API backend", "uri", c.URI(), "server", c.Version().String())
+		return apiDriver{c}, nil
+	case err != nil:
+		return nil, err
 	}
-	return newAPIVM(c, cfg), nil
+	d, err := o.cliDriver(len(tried) > 0)
+	switch {
+	case err == nil:
+		why := "requested"
+		if len(tried) > 0 {
+			why = "no socket answered: " + strings.Join(tried, "; ")
+		}
+		o.log.Info("podvm: using the CLI backend", "podman", o.podman, "reason", why)
+		return d, nil
+	case errors.Is(err, ErrInvalidConfig):
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: tried %s", ErrUnavailable, strings.Join(append(tried, err.Error()), "; "))
 }
 
 // connect finds a service for the API backend. It returns the client, or
@@ -92,7 +106,6 @@ func (o options) connect(ctx context.Context) (c *libpod.Client, tried []string,
 		tried = append(tried, "no socket: CONTAINER_HOST unset, none at $XDG_RUNTIME_DIR/podman/podman.sock or /run/podman/podman.sock")
 	}
 	if o.backend == BackendAPI || o.url != "" { // the CLI would go to the same place
-
 		return nil, nil, fmt.Errorf("%w: tried %s", ErrUnavailable, strings.Join(tried, "; "))
 	}
 	return nil, tried, nil
@@ -133,18 +146,10 @@ func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 	return c, nil
 }
 
-// cli returns a CLIVM as the options say. fallback: a socket was tried
-// and did not answer, so podman must not be sent to it by the environment.
-func (o options) cli(cfg Config, fallback bool) (*CLIVM, error) {
-	d, err := o.cliDriver(fallback)
-	if err != nil {
-		return nil, err
-	}
-	return newCLIVM(cfg, d)
-}
-
 // cliDriver is the CLI driver the options describe, running the podman
-// binary on PATH unless [WithExecutor] gave an executor.
+// binary on PATH unless [WithExecutor] gave an executor. fallback: a
+// socket was tried and did not answer, so the environment must not send
+// podman to it.
 func (o options) cliDriver(fallback bool) (cliDriver, error) {
 	x := o.x
 	if x == nil {
@@ -153,35 +158,12 @@ func (o options) cliDriver(fallback bool) (cliDriver, error) {
 		}
 		env := os.Environ()
 		if fallback && o.url == "" {
-			env = withoutVars(env, "CONTAINER_HOST", "CONTAINER_CONNECTION")
+			env = slices.DeleteFunc(env, func(kv string) bool {
+				k, _, _ := strings.Cut(kv, "=")
+				return k == "CONTAINER_HOST" || k == "CONTAINER_CONNECTION"
+			})
 		}
 		x = podmanExecutor(exec.WithBaseEnv(env))
 	}
 	return newCLIDriver(x, o)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// withoutVars returns env without the entries for keys.
-func withoutVars(env []string, keys ...string) []string {
-	var out []string
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(keys, k) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func reason(tried []string) string {
-	if len(tried) == 0 {
-		return "requested"
-	}
-	return "no socket answered: " + strings.Join(tried, "; ")
 }

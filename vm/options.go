@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"io"
 	"log/slog"
 	"time"
 
@@ -57,8 +56,8 @@ func WithPodman(path string) Option { return func(o *options) { o.podman = path 
 // behind either.
 func WithExecutor(x exec.Executor) Option { return func(o *options) { o.x = x } }
 
-// WithLogger receives New's choice of backend and the reasons for it, and
-// Reap's removals. The default discards them.
+// WithLogger receives the choice of backend of New and Reap, with the
+// reasons for it, and Reap's removals. The default discards them.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithLabel restricts [Reap] to sandboxes that also carry label key=value
@@ -76,7 +75,7 @@ func WithLabel(key, value string) Option {
 func WithPingTimeout(d time.Duration) Option { return func(o *options) { o.pingTimeout = d } }
 
 func newOptions(opts []Option) options {
-	o := options{podman: "podman", pingTimeout: DefaultPingTimeout, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	o := options{podman: "podman", pingTimeout: DefaultPingTimeout, log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -1,21 +1,22 @@
 package vm
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
 )
 
-// This file is where Podman's failures are recognised: one table of the
-// messages Podman prints or answers, for both transports and both Podman
-// versions, and one rule that tells Podman failing to start a command
-// from the command's own exit status. The samples the table was written
-// from are in testdata/podman-stderr (the CLI, local and remote) and
-// testdata/libpod (the REST API), replayed by the tests.
+// This file is where Podman's failures are recognised, for both transports
+// and both Podman versions: one table of its messages (written from the
+// samples in testdata/podman-stderr and testdata/libpod, which the tests
+// replay) and one rule that tells its failure to start a command from the
+// command's own exit status.
 
 // podmanMessages are Podman's failure messages, most specific first, each
 // with the error it means.
@@ -56,42 +57,28 @@ func recognise(msg string) error {
 
 // startFailure returns an error when an exec session's outcome is Podman
 // failing to start the command rather than the command's own exit. Both
-// transports carry Podman's message and the command's stderr on one
-// stream, so it decides by content: the status is one Podman uses for its
-// own failures (125; 126 or 127 when runc could not execute the command;
-// 255 from the local CLI), nothing reached stdout, stderr is wholly
-// Podman's own lines ("Error: ...", the CLI's "Cannot connect to
-// Podman..."), and podmanMessages recognises them. Anything else is the
-// command's exit and stays data, a command's own "Error: the build
-// failed" and 125 included; only a command that prints Podman's exact
-// message and exits with its status is mistaken for Podman.
-//
-// stderrHead is the start of stderr, stderrTotal its full length.
+// transports carry Podman's message on the command's stderr, so it
+// decides by content: a status Podman uses for its own failures (125;
+// 126 or 127 when runc could not execute the command; 255 from the local
+// CLI), nothing on stdout, and a stderr (stderrHead, whole: stderrTotal
+// long) made only of Podman's own lines, which podmanMessages recognises.
+// Anything else is the command's exit and stays data, a command's own
+// "Error: the build failed" and 125 included.
 func startFailure(name string, code int, stdoutTotal int64, stderrHead string, stderrTotal int64) error {
-	switch code {
-	case 125, 126, 127, 255:
-	default:
-		return nil
-	}
-	if stdoutTotal != 0 || stderrTotal == 0 || int64(len(stderrHead)) != stderrTotal {
+	if !slices.Contains([]int{125, 126, 127, 255}, code) || stdoutTotal != 0 || stderrTotal == 0 || int64(len(stderrHead)) != stderrTotal {
 		return nil
 	}
 	lines := strings.Split(strings.TrimSpace(stderrHead), "\n")
-	for _, l := range lines {
-		if !podmanLine.MatchString(l) {
-			return nil
-		}
+	if slices.ContainsFunc(lines, func(l string) bool { return !podmanLine.MatchString(l) }) {
+		return nil
 	}
 	sentinel := recognise(stderrHead)
 	if sentinel == nil || sentinel == fs.ErrNotExist {
 		return nil
 	}
 	msg := lines[0]
-	for _, l := range lines {
-		if strings.HasPrefix(l, "Error: ") {
-			msg = l
-			break
-		}
+	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Error: ") }); i >= 0 {
+		msg = lines[i]
 	}
 	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(msg, "Error: "))
 }
@@ -135,12 +122,17 @@ type APIError = libpod.Error
 // classify wraps native, Podman's failure of op on what (which may be
 // empty), with the sentinel msg is recognised as, ErrPodman when none.
 func classify(op, what, msg string, native error) error {
-	sentinel := recognise(msg)
-	if sentinel == nil {
-		sentinel = ErrPodman
-	}
+	return wrap(cmp.Or(recognise(msg), ErrPodman), op, what, native)
+}
+
+// wrap wraps err, the failure of op on what (which may be empty), with
+// sentinel when it is not nil.
+func wrap(sentinel error, op, what string, err error) error {
 	if what != "" {
 		op += " " + what
 	}
-	return fmt.Errorf("%w: %s: %w", sentinel, op, native)
+	if sentinel == nil {
+		return fmt.Errorf("vm: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %w", sentinel, op, err)
 }

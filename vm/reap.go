@@ -21,17 +21,9 @@ import (
 // failures joined. [WithLabel] narrows it to some sandboxes.
 func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]string, error) {
 	o := newOptions(opts)
-	var d driver
-	c, tried, err := o.connect(ctx)
-	switch {
-	case c != nil:
-		d = apiDriver{c}
-	case err != nil:
+	d, err := o.driver(ctx)
+	if err != nil {
 		return nil, err
-	default:
-		if d, err = o.cliDriver(len(tried) > 0); err != nil {
-			return nil, fmt.Errorf("%w: tried %v; %v", ErrUnavailable, tried, err)
-		}
 	}
 	defer d.close()
 	boxes, err := d.list(ctx, LabelManaged+"=true")

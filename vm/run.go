@@ -1,11 +1,13 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
+	"slices"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -45,7 +47,7 @@ const sniffBytes = 4 << 10
 // could not finish is part of the error.
 func (s *sandbox) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
 	res, err := s.run(ctx, cmd)
-	return s.st.ended(cmd.Name, res, err)
+	return s.ended(cmd.Name, res, err)
 }
 
 // run is Run but for a Remove during the run.
@@ -59,15 +61,15 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		return nil, fmt.Errorf("%w: vm: %s: per-command limits (MaxMemoryBytes, MaxPids, MaxCPUTime) are not enforced in a sandbox; use Config.Memory, Config.Pids",
 			exec.ErrUnsupported, cmd.Name)
 	}
-	id, a, err := s.st.container()
+	st, err := s.container()
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	}
-	if a != nil {
-		return s.runAgent(ctx, a, cmd)
+	if st.agent != nil {
+		return s.runAgent(ctx, st.agent, cmd)
 	}
 	if err := validUTF8(cmd); err != nil {
 		return nil, err
@@ -76,32 +78,37 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	defer cancel()
 
 	start := time.Now()
-	p, marker := s.process(cmd)
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
 	sniff := capture.New(sniffBytes)
+	marker := newMarker()
+	p := process{
+		Argv:    append([]string{cmd.Name}, cmd.Args...),
+		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
+		Workdir: cmp.Or(cmd.Dir, s.cfg.Workdir),
+		User:    s.cfg.User,
+		Stdout:  stdout,
+		Stderr:  io.MultiWriter(stderr, sniff),
+	}
 	var stdin *errReader
 	if cmd.Stdin != nil {
 		stdin = &errReader{r: cmd.Stdin}
 		p.Stdin = stdin
 	}
-	p.Stdout, p.Stderr = stdout, io.MultiWriter(stderr, sniff)
-	code, started, err := s.d.exec(runCtx, id, p)
+	code, started, err := s.d.exec(runCtx, st.id, p)
 	if err != nil {
 		stop := deadline.Err("vm", ctx, runCtx, cmd.Name, cmd.Timeout)
-		var killErr error
-		if started || stop != nil { // the command may be running
-			killErr = s.kill(ctx, id, p.User, marker, cmd.Name)
+		if stop == nil && !started {
+			return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 		}
-		switch {
-		case stop != nil:
-			res := result(stdout, stderr, -1, start)
-			res.TimedOut = true
-			return res, errors.Join(stop, killErr)
-		case started:
-			return result(stdout, stderr, -1, start), errors.Join(fmt.Errorf("vm: %s: %w", cmd.Name, err), killErr)
+		// The command may be running.
+		killErr := s.kill(ctx, st.id, p.User, marker, cmd.Name)
+		res := result(stdout, stderr, -1, start)
+		res.TimedOut = stop != nil
+		if stop == nil {
+			stop = fmt.Errorf("vm: %s: %w", cmd.Name, err)
 		}
-		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
+		return res, errors.Join(stop, killErr)
 	}
 	if err := startFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
 		return nil, err
@@ -119,50 +126,19 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 }
 
 // markerKey is the environment variable that tags every process of one
-// Run, so that the kill can find the command's whole tree inside the
-// sandbox: children inherit it.
+// Run, inherited by its children, for the kill to find them all.
 const markerKey = "PODVM_RUN"
-
-// process is the exec session for cmd, and the marker its processes
-// carry.
-func (s *sandbox) process(cmd exec.Command) (process, string) {
-	marker := newMarker()
-	dir := cmd.Dir
-	if dir == "" {
-		dir = s.cfg.Workdir
-	}
-	return process{
-		Argv:    append([]string{cmd.Name}, cmd.Args...),
-		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
-		Workdir: dir,
-		User:    s.cfg.User,
-	}, marker
-}
 
 // validUTF8 refuses a command that Podman would alter: it carries argv,
 // env and the working directory as JSON strings, where bytes that are not
 // UTF-8 become U+FFFD.
 func validUTF8(cmd exec.Command) error {
-	bad := func(what string, i int, s string) error {
-		if i >= 0 {
-			what = fmt.Sprintf("%s %d", what, i)
-		}
-		return fmt.Errorf("%w: %s %q is not valid UTF-8, which Podman's exec cannot carry unaltered", exec.ErrInvalidCommand, what, s)
-	}
-	switch {
-	case !utf8.ValidString(cmd.Name):
-		return bad("name", -1, cmd.Name)
-	case !utf8.ValidString(cmd.Dir):
-		return bad("dir", -1, cmd.Dir)
-	}
-	for i, a := range cmd.Args {
-		if !utf8.ValidString(a) {
-			return bad("argument", i, a)
-		}
-	}
-	for i, e := range cmd.Env {
-		if !utf8.ValidString(e) {
-			return bad("env entry", i, e)
+	for _, f := range []struct {
+		what string
+		vals []string
+	}{{"name", []string{cmd.Name}}, {"dir", []string{cmd.Dir}}, {"argument", cmd.Args}, {"env entry", cmd.Env}} {
+		if i := slices.IndexFunc(f.vals, func(v string) bool { return !utf8.ValidString(v) }); i >= 0 {
+			return fmt.Errorf("%w: %s %q is not valid UTF-8, which Podman's exec cannot carry unaltered", exec.ErrInvalidCommand, f.what, f.vals[i])
 		}
 	}
 	return nil
@@ -186,8 +162,8 @@ func result(stdout, stderr *capture.Stream, code int, start time.Time) *exec.Res
 // by a signal (the 137 of a process the removal killed) or with Podman's
 // own failure status 125 (Podman 5's CLI, when the container went
 // mid-exec), was ended by Remove; any other exit status stays data.
-func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
-	if !s.isRemoved() || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
+func (s *sandbox) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
+	if !s.state().removed || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
 		return res, err
 	}
 	if err == nil && (res == nil || res.ExitCode <= 128 && res.ExitCode != 125) {
@@ -200,28 +176,21 @@ func (s *state) ended(name string, res *exec.Result, err error) (*exec.Result, e
 // called while another goroutine reads, and on a nil *errReader.
 type errReader struct {
 	r   io.Reader
-	mu  sync.Mutex
-	err error
+	err atomic.Pointer[error]
 }
 
 func (e *errReader) Read(p []byte) (int, error) {
 	n, err := e.r.Read(p)
 	if err != nil && err != io.EOF {
-		e.mu.Lock()
-		if e.err == nil {
-			e.err = err
-		}
-		e.mu.Unlock()
+		e.err.CompareAndSwap(nil, &err)
 	}
 	return n, err
 }
 
 // Err is the first error other than io.EOF that a Read has returned.
 func (e *errReader) Err() error {
-	if e == nil {
+	if e == nil || e.err.Load() == nil {
 		return nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.err
+	return *e.err.Load()
 }
