@@ -1,7 +1,9 @@
 package vm
 
 import (
+	"cmp"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/podvm/podvm/exec"
@@ -51,7 +53,7 @@ func newCLIDriver(x exec.Executor, o options) (cliDriver, error) {
 	if x == nil {
 		x = podmanExecutor()
 	}
-	d := cliDriver{x: x, podman: o.podman}
+	d := cliDriver{x: x, podman: o.podman, host: cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))}
 	if o.url != "" {
 		d.global = []string{"--url", o.url}
 	}

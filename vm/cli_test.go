@@ -750,3 +750,26 @@ func TestCLIImageArchive(t *testing.T) {
 	x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(sampleResult(t, "run-image-not-known-loc.125.txt"), nil)
 	assert.ErrorIs(t, gone.Create(context.Background()), ErrInvalidConfig, "a missing archive names itself")
 }
+
+// Whether the CLI driver's podman talks to a local service follows what
+// podman is given: --url, else CONTAINER_HOST, except after New fell back
+// from a socket that did not answer, which runs podman without it.
+func TestCLIDriverLocal(t *testing.T) {
+	t.Setenv("CONTAINER_HOST", "tcp://127.0.0.1:1")
+	for _, c := range []struct {
+		name     string
+		opts     []Option
+		fallback bool
+		local    bool
+	}{
+		{"CONTAINER_HOST remote", nil, false, false},
+		{"fallback drops CONTAINER_HOST", nil, true, true},
+		{"--url local", []Option{WithURL("unix:///run/podman/podman.sock")}, false, true},
+		{"--url remote, fallback keeps it", []Option{WithURL("ssh://h/run/podman/podman.sock")}, true, false},
+	} {
+		d, err := newOptions(append(c.opts, WithPodman("/bin/true"))).cliDriver(c.fallback)
+		require.NoError(t, err, c.name)
+		local, _ := d.local()
+		assert.Equal(t, c.local, local, c.name)
+	}
+}

@@ -23,6 +23,7 @@ type cliDriver struct {
 	x      exec.Executor
 	podman string   // the binary
 	global []string // global flags before the subcommand
+	host   string   // the service podman talks to: --url, or CONTAINER_HOST as podman sees it
 }
 
 var _ driver = cliDriver{}
@@ -94,11 +95,7 @@ func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (string, error) 
 }
 
 func (d cliDriver) local() (bool, string) {
-	host := os.Getenv("CONTAINER_HOST")
-	if len(d.global) == 2 { // --url
-		host = d.global[1]
-	}
-	return isLocal(host), d.podman + " " + strings.Join(d.global, " ") + " " + os.Getenv("CONTAINER_HOST")
+	return isLocal(d.host), d.podman + " " + d.host
 }
 
 func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {

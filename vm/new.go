@@ -157,13 +157,18 @@ func (o options) cliDriver(fallback bool) (cliDriver, error) {
 			return cliDriver{}, fmt.Errorf("no podman binary: %v", err)
 		}
 		env := os.Environ()
-		if fallback && o.url == "" {
+		local := fallback && o.url == ""
+		if local {
 			env = slices.DeleteFunc(env, func(kv string) bool {
 				k, _, _ := strings.Cut(kv, "=")
 				return k == "CONTAINER_HOST" || k == "CONTAINER_CONNECTION"
 			})
 		}
-		x = podmanExecutor(exec.WithBaseEnv(env))
+		d, err := newCLIDriver(podmanExecutor(exec.WithBaseEnv(env)), o)
+		if local {
+			d.host = "" // podman no longer sees CONTAINER_HOST
+		}
+		return d, err
 	}
 	return newCLIDriver(x, o)
 }
