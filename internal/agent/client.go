@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -243,20 +242,12 @@ var chunks = sync.Pool{New: func() any { return new([wire.ChunkSize]byte) }}
 // readFrame is wire.Read, with output payloads read into buffers from
 // chunks.
 func readFrame(br *bufio.Reader) (wire.Frame, error) {
-	var h [wire.HeaderSize]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return wire.Frame{}, err
-	}
-	f := wire.Frame{Type: wire.Type(h[0]), ID: binary.BigEndian.Uint32(h[1:5])}
-	n := binary.BigEndian.Uint32(h[5:9])
-	if (f.Type != wire.Stdout && f.Type != wire.Stderr) || n == 0 || n > wire.ChunkSize {
-		return wire.ReadPayload(br, h)
-	}
-	f.Payload = chunks.Get().(*[wire.ChunkSize]byte)[:n]
-	if _, err := io.ReadFull(br, f.Payload); err != nil {
-		return wire.Frame{}, io.ErrUnexpectedEOF
-	}
-	return f, nil
+	return wire.ReadInto(br, func(t wire.Type, n int) []byte {
+		if (t == wire.Stdout || t == wire.Stderr) && n <= wire.ChunkSize {
+			return chunks.Get().(*[wire.ChunkSize]byte)[:n]
+		}
+		return nil
+	})
 }
 
 // recycle returns an output payload of readFrame to chunks.
@@ -379,13 +370,8 @@ func (s *outStream) close() {
 	s.mu.Unlock()
 }
 
-// creditBatch is how many bytes a receiver consumes before it grants
-// them back: a quarter of the window keeps the sender going without a
-// Credit frame per chunk, and a short output costs no Credit at all.
-const creditBatch = wire.Window / 4
-
 // deliver writes the stream to its Writer and grants the agent credit for
-// what was written, creditBatch bytes at a time.
+// what was written, wire.CreditBatch bytes at a time.
 func (s *outStream) deliver() {
 	defer close(s.done)
 	consumed := 0
@@ -416,7 +402,7 @@ func (s *outStream) deliver() {
 		s.mu.Unlock()
 		consumed += len(p)
 		recycle(p)
-		if !closed && consumed >= creditBatch {
+		if !closed && consumed >= wire.CreditBatch {
 			m := wire.CreditMsg{Stream: s.stream, N: uint32(consumed)}
 			_ = s.r.c.send(wire.Frame{Type: wire.Credit, ID: s.r.id, Payload: m.Encode()})
 			consumed = 0

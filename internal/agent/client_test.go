@@ -90,8 +90,8 @@ func TestClientGrantsCreditInBatches(t *testing.T) {
 		wantCredits int // at most, per run
 	}{
 		{name: "a short output costs no credit", size: 3, wantCredits: 0},
-		{name: "a window, one per batch", size: wire.Window, wantCredits: wire.Window / creditBatch},
-		{name: "a long one, one per batch", size: 16 * wire.Window, wantCredits: 16 * wire.Window / creditBatch},
+		{name: "a window, one per batch", size: wire.Window, wantCredits: wire.Window / wire.CreditBatch},
+		{name: "a long one, one per batch", size: 16 * wire.Window, wantCredits: 16 * wire.Window / wire.CreditBatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

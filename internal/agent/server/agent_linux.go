@@ -445,10 +445,6 @@ func (r *run) pumpOut(f *os.File, typ wire.Type, stream uint8, wg *sync.WaitGrou
 	}
 }
 
-// creditBatch is how many bytes of stdin the agent takes before it
-// grants them back (the client does the same with output).
-const creditBatch = wire.Window / 4
-
 // pumpStdin writes the client's stdin to the command, granting credit
 // back as it goes; a command that stopped reading makes it discard.
 func (r *run) pumpStdin(f *os.File) {
@@ -472,7 +468,7 @@ func (r *run) pumpStdin(f *os.File) {
 				broken = true
 			}
 		}
-		if taken += len(chunk); taken >= creditBatch {
+		if taken += len(chunk); taken >= wire.CreditBatch {
 			m := wire.CreditMsg{Stream: wire.StreamStdin, N: uint32(taken)}
 			_ = r.s.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
 			taken = 0

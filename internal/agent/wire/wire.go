@@ -50,6 +50,10 @@ const (
 	// Window is each stream's initial credit, in bytes: a sender has at
 	// most this many unacknowledged bytes in flight per stream of a run.
 	Window = 256 << 10
+	// CreditBatch is how many bytes a receiver consumes before it grants
+	// them back: a quarter of the window keeps the sender going without a
+	// Credit frame per chunk, and a short stream costs no Credit at all.
+	CreditBatch = Window / 4
 )
 
 // ErrProtocol reports a malformed frame or message.
@@ -82,23 +86,35 @@ func Write(w io.Writer, f Frame) error {
 
 // Read reads one frame from r. The payload is freshly allocated. It
 // returns io.EOF only when r ends cleanly between frames.
-func Read(r io.Reader) (Frame, error) {
+func Read(r io.Reader) (Frame, error) { return ReadInto(r, nil) }
+
+// ReadInto is [Read] with the payload read into buf(type, length) where
+// that returns a slice of the length, freshly allocated where it returns
+// nil (or buf is nil).
+func ReadInto(r io.Reader, buf func(t Type, n int) []byte) (Frame, error) {
 	var h [HeaderSize]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return Frame{}, err
 	}
-	return ReadPayload(r, h)
+	return readPayload(r, h, buf)
 }
 
 // ReadPayload reads the payload announced by header h from r.
-func ReadPayload(r io.Reader, h [HeaderSize]byte) (Frame, error) {
+func ReadPayload(r io.Reader, h [HeaderSize]byte) (Frame, error) { return readPayload(r, h, nil) }
+
+func readPayload(r io.Reader, h [HeaderSize]byte, buf func(Type, int) []byte) (Frame, error) {
 	f := Frame{Type: Type(h[0]), ID: binary.BigEndian.Uint32(h[1:5])}
 	n := binary.BigEndian.Uint32(h[5:9])
 	if n > MaxPayload {
 		return Frame{}, fmt.Errorf("%w: payload of %d bytes", ErrProtocol, n)
 	}
 	if n > 0 {
-		f.Payload = make([]byte, n)
+		if buf != nil {
+			f.Payload = buf(f.Type, int(n))
+		}
+		if f.Payload == nil {
+			f.Payload = make([]byte, n)
+		}
 		if _, err := io.ReadFull(r, f.Payload); err != nil {
 			return Frame{}, unexpected(err)
 		}

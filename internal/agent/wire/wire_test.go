@@ -48,3 +48,27 @@ func TestMalformed(t *testing.T) {
 	_, err := Read(bytes.NewReader([]byte{1, 0, 0, 0, 0, 0, 0, 0, 4, 'a'}))
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
+
+// ReadInto reads a payload into the buffer it is given, and allocates
+// where it is given none.
+func TestReadInto(t *testing.T) {
+	var b bytes.Buffer
+	for _, f := range []Frame{{Type: Stdout, ID: 1, Payload: []byte("hi")}, {Type: Start, ID: 2, Payload: []byte("go")}} {
+		b.Write(f.Append(nil))
+	}
+	mine := make([]byte, 8)
+	buf := func(t Type, n int) []byte {
+		if t == Stdout {
+			return mine[:n]
+		}
+		return nil
+	}
+	f, err := ReadInto(&b, buf)
+	if err != nil || string(f.Payload) != "hi" || &f.Payload[0] != &mine[0] {
+		t.Fatalf("stdout frame: %+v, %v; want its payload in the given buffer", f, err)
+	}
+	f, err = ReadInto(&b, buf)
+	if err != nil || string(f.Payload) != "go" || &f.Payload[0] == &mine[0] {
+		t.Fatalf("start frame: %+v, %v; want a payload of its own", f, err)
+	}
+}
