@@ -330,7 +330,8 @@ func TestRunLimits(t *testing.T) {
 }
 
 // 1,000 runs, a tenth of them timed out and a tenth ended by a panicking
-// Stdout writer, leave no cgroup, no descriptor and no zombie behind.
+// Stdout writer, leave no cgroup, no descriptor and no zombie behind (the
+// cgroups kept for reuse go a second after the last run).
 func TestRunThousandLeaveNothing(t *testing.T) {
 	for _, c := range strict(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -354,9 +355,11 @@ func TestRunThousandLeaveNothing(t *testing.T) {
 					c.x.Run(context.Background(), cmd)
 				}()
 			}
-			assert.LessOrEqual(t, openFDs(t), before+2, "descriptors left open")
 			assert.Empty(t, zombieChildren(), "zombies left")
-			assert.Empty(t, ownCgroups(t), "cgroups left")
+			// Emptied run cgroups, and their descriptors, are kept for the
+			// next run for a second.
+			assert.Eventually(t, func() bool { return len(ownCgroups(t)) == 0 && openFDs(t) <= before+2 },
+				5*time.Second, 50*time.Millisecond, "cgroups or descriptors left: %v", ownCgroups(t))
 		})
 	}
 }

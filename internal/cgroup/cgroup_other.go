@@ -25,6 +25,9 @@ func (*Parent) Dir() string { return "" }
 // Run is a run's cgroup; there is none off Linux.
 type Run struct{}
 
+// Take returns nil.
+func (*Parent) Take(Limits) *Run { return nil }
+
 // New fails off Linux.
 func (*Parent) New(Limits) (*Run, error) { return nil, ErrUnavailable }
 
@@ -34,17 +37,8 @@ func (*Run) FD() int { return -1 }
 // Kill does nothing.
 func (*Run) Kill() {}
 
-// Usage reports nothing.
-func (*Run) Usage() (user, system time.Duration, peak int64) { return 0, 0, -1 }
-
 // Remove does nothing.
 func (*Run) Remove() error { return nil }
-
-// Wait does nothing.
-func (*Run) Wait() error { return nil }
-
-// Populated reports false.
-func (*Run) Populated() bool { return false }
 
 // Finish does nothing.
 func (*Run) Finish() (user, system time.Duration, peak int64, err error) { return 0, 0, -1, nil }
