@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,14 @@ func routes(svc *libpodtest.Service) []string {
 		r = append(r, req.Route)
 	}
 	return r
+}
+
+// body is the body of the first request svc received on route.
+func body(t *testing.T, svc *libpodtest.Service, route string) []byte {
+	t.Helper()
+	i := slices.Index(routes(svc), route)
+	require.GreaterOrEqual(t, i, 0, "no %s in %v", route, routes(svc))
+	return svc.Requests()[i].Body
 }
 
 var sh3 = exec.Command{Name: "sh", Args: []string{"-c", "echo hi; echo oops >&2; exit 3"}}
@@ -488,11 +497,11 @@ func TestAPICreateSpec(t *testing.T) {
 	})
 	require.NoError(t, v.Create(context.Background()))
 	assert.Len(t, v.ID(), 64)
-	assert.Equal(t, []string{"GET /_ping", "GET /images/localhost/podvm-test:latest/exists", "GET /images/localhost/podvm-test:latest/json",
+	assert.Equal(t, []string{"GET /_ping", "GET /images/localhost/podvm-test:latest/json",
 		"POST /containers/create", "POST /containers/{id}/start"}, routes(svc))
 
 	var spec map[string]any
-	require.NoError(t, json.Unmarshal(svc.Requests()[3].Body, &spec))
+	require.NoError(t, json.Unmarshal(body(t, svc, "POST /containers/create"), &spec))
 	labels := spec["labels"].(map[string]any)
 	assert.Equal(t, "build", labels["team"])
 	assert.Equal(t, "true", labels[LabelManaged])
@@ -533,7 +542,7 @@ func TestAPICreateSpec(t *testing.T) {
 	v, svc = fakeVM(t, "4.3", nil, Config{})
 	require.NoError(t, v.Create(context.Background()))
 	spec = nil
-	require.NoError(t, json.Unmarshal(svc.Requests()[3].Body, &spec))
+	require.NoError(t, json.Unmarshal(body(t, svc, "POST /containers/create"), &spec))
 	assert.Equal(t, map[string]any{"nsmode": "none"}, spec["netns"])
 	for _, k := range []string{"name", "Networks", "mounts", "read_only_filesystem", "user", "work_dir", "env"} {
 		assert.NotContains(t, spec, k)
@@ -569,10 +578,11 @@ func TestNetNS(t *testing.T) {
 func TestAPICreatePullPolicy(t *testing.T) {
 	t.Parallel()
 	missing := "localhost/podvm-no-such-image:latest"
-	exists := "GET /images/" + missing + "/exists"
-	// Once present, the image is inspected for its architecture.
+	// The image is inspected for its architecture, which also says
+	// whether it is present.
 	inspect, inspectMissing := "GET /images/localhost/podvm-test:latest/json", "GET /images/"+missing+"/json"
-	pulled := libpodtest.Recorded("image-inspect")
+	absent := libpodtest.Recorded("image-inspect-missing")
+	absentThenPulled := libpodtest.Seq(absent, libpodtest.Recorded("image-inspect"))
 	for _, c := range []struct {
 		name   string
 		image  string
@@ -582,14 +592,14 @@ func TestAPICreatePullPolicy(t *testing.T) {
 		asked  []string
 	}{
 		{"missing, present", testImage, PullMissing, nil, nil,
-			[]string{"GET /images/localhost/podvm-test:latest/exists", inspect, "POST /containers/create"}},
-		{"missing, absent", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing"), inspectMissing: pulled}, nil,
-			[]string{exists, "POST /images/pull", inspectMissing, "POST /containers/create"}},
-		{"missing, no registry has it", missing, PullMissing, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing"),
+			[]string{inspect, "POST /containers/create"}},
+		{"missing, absent", missing, PullMissing, libpodtest.Routes{inspectMissing: absentThenPulled}, nil,
+			[]string{inspectMissing, "POST /images/pull", inspectMissing, "POST /containers/create"}},
+		{"missing, no registry has it", missing, PullMissing, libpodtest.Routes{inspectMissing: absent,
 			"POST /images/pull": libpodtest.Recorded("image-pull-unreachable")}, ErrImageNotFound,
-			[]string{exists, "POST /images/pull"}},
-		{"never, absent", missing, PullNever, libpodtest.Routes{exists: libpodtest.Recorded("image-exists-missing")}, ErrImageNotFound,
-			[]string{exists}},
+			[]string{inspectMissing, "POST /images/pull"}},
+		{"never, absent", missing, PullNever, libpodtest.Routes{inspectMissing: absent}, ErrImageNotFound,
+			[]string{inspectMissing}},
 		{"always", testImage, PullAlways, nil, nil, []string{"POST /images/pull", inspect, "POST /containers/create"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -14,9 +14,12 @@ import (
 // [ErrUnavailable] when Podman could not be reached, and wrap the native
 // error ([*APIError], [*CLIError]); a context's error is wrapped as is.
 type driver interface {
-	// ensureImage makes cfg.Image present as cfg.Pull and
-	// cfg.ImageArchive say, and returns its architecture (a GOARCH).
-	ensureImage(ctx context.Context, cfg Config) (arch string, err error)
+	// image returns the architecture (a GOARCH) of image ref, or an
+	// error matching [ErrImageNotFound] when it is not present.
+	image(ctx context.Context, ref string) (arch string, err error)
+	// fetch makes cfg.Image present: it loads cfg.ImageArchive when set,
+	// else pulls cfg.Image.
+	fetch(ctx context.Context, cfg Config) error
 	// local reports whether the containers run on this machine, where a
 	// bind mount reaches the caller's files, and names the service (a
 	// unix socket can still lead to another filesystem).

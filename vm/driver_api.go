@@ -42,27 +42,7 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
-	ref, present := cfg.Image, false
-	if cfg.Pull != PullAlways {
-		ok, err := a.c.ImageExists(ctx, ref)
-		switch {
-		case err != nil:
-			return "", apiError("image exists", ref, err)
-		case !ok && cfg.Pull == PullNever && cfg.ImageArchive == "":
-			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, ref, PullNever)
-		}
-		present = ok
-	}
-	if !present && cfg.ImageArchive != "" {
-		if err := a.load(ctx, cfg); err != nil {
-			return "", err
-		}
-	} else if !present {
-		if err := a.c.ImagePull(ctx, ref); err != nil {
-			return "", apiError("pull", ref, err)
-		}
-	}
+func (a apiDriver) image(ctx context.Context, ref string) (string, error) {
 	img, err := a.c.ImageInspect(ctx, ref)
 	if err != nil {
 		return "", apiError("image inspect", ref, err)
@@ -72,9 +52,13 @@ func (a apiDriver) ensureImage(ctx context.Context, cfg Config) (string, error) 
 
 func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
 
-// load uploads the config's image archive and checks that it held the
-// image.
-func (a apiDriver) load(ctx context.Context, cfg Config) error {
+func (a apiDriver) fetch(ctx context.Context, cfg Config) error {
+	if cfg.ImageArchive == "" {
+		if err := a.c.ImagePull(ctx, cfg.Image); err != nil {
+			return apiError("pull", cfg.Image, err)
+		}
+		return nil
+	}
 	f, err := os.Open(cfg.ImageArchive)
 	if err != nil {
 		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
@@ -83,17 +67,9 @@ func (a apiDriver) load(ctx context.Context, cfg Config) error {
 	if _, err := a.c.ImageLoad(ctx, f); err != nil {
 		return apiError("load", cfg.ImageArchive, err)
 	}
-	ok, err := a.c.ImageExists(ctx, cfg.Image)
-	switch {
-	case err != nil:
-		return apiError("image exists", cfg.Image, err)
-	case !ok:
-		return fmt.Errorf("%w: %s is not in the image archive %s", ErrImageNotFound, cfg.Image, cfg.ImageArchive)
-	}
 	return nil
 }
 
-// create creates (and, with no agent, starts) the container cfg describes.
 func (a apiDriver) create(ctx context.Context, c Config, labels map[string]string, agent *agentMount) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {

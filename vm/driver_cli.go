@@ -64,34 +64,24 @@ func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*e
 	return res, nil
 }
 
-func (d cliDriver) ensureImage(ctx context.Context, cfg Config) (string, error) {
-	inspect := exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", cfg.Image}}
-	if cfg.Pull != PullAlways {
-		res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
-		switch {
-		case err == nil:
-			return strings.TrimSpace(res.Stdout), nil
-		case !errors.Is(err, ErrImageNotFound):
-			return "", err
-		case cfg.Pull == PullNever && cfg.ImageArchive == "":
-			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, cfg.Image, PullNever)
-		}
-	}
-	op, what, fetch := "pull", cfg.Image, []string{"pull", "-q", cfg.Image}
-	if cfg.ImageArchive != "" {
-		if _, err := os.Stat(cfg.ImageArchive); err != nil {
-			return "", fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
-		}
-		op, what, fetch = "load", cfg.ImageArchive, []string{"load", "-q", "-i", cfg.ImageArchive}
-	}
-	if _, err := d.run(ctx, op, what, exec.Command{Args: fetch}); err != nil {
-		return "", err
-	}
-	res, err := d.run(ctx, "image inspect", cfg.Image, inspect)
+func (d cliDriver) image(ctx context.Context, ref string) (string, error) {
+	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", ref}})
 	if err != nil {
 		return "", err
 	}
 	return strings.TrimSpace(res.Stdout), nil
+}
+
+func (d cliDriver) fetch(ctx context.Context, cfg Config) error {
+	op, what, args := "pull", cfg.Image, []string{"pull", "-q", cfg.Image}
+	if cfg.ImageArchive != "" {
+		if _, err := os.Stat(cfg.ImageArchive); err != nil {
+			return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+		}
+		op, what, args = "load", cfg.ImageArchive, []string{"load", "-q", "-i", cfg.ImageArchive}
+	}
+	_, err := d.run(ctx, op, what, exec.Command{Args: args})
+	return err
 }
 
 func (d cliDriver) local() (bool, string) {
@@ -120,7 +110,7 @@ func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 			a = append(a, "-v", agent.hostDir+":"+agentDir+":ro")
 		}
 	}
-	a = append(a, "--pull", string(PullNever)) // ensureImage made it present
+	a = append(a, "--pull", string(PullNever)) // the sandbox's ensureImage made it present
 	a = appendFlag(a, "--name", c.Name)
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
 		a = append(a, "--label", k+"="+labels[k])

@@ -183,7 +183,7 @@ func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string,
 // asks for Podman exec sessions, returns how the agent for its
 // architecture gets into the sandbox.
 func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
-	arch, err := s.d.ensureImage(ctx, s.cfg)
+	arch, err := s.ensureImage(ctx)
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
@@ -192,6 +192,29 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 		local = false
 	}
 	return newAgentMount(arch, local)
+}
+
+// ensureImage makes the config's image present as its Pull and
+// ImageArchive say, and returns its architecture.
+func (s *sandbox) ensureImage(ctx context.Context) (string, error) {
+	c := s.cfg
+	if c.Pull != PullAlways {
+		arch, err := s.d.image(ctx, c.Image)
+		switch {
+		case !errors.Is(err, ErrImageNotFound):
+			return arch, err
+		case c.Pull == PullNever && c.ImageArchive == "":
+			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, c.Image, PullNever)
+		}
+	}
+	if err := s.d.fetch(ctx, c); err != nil {
+		return "", err
+	}
+	arch, err := s.d.image(ctx, c.Image)
+	if errors.Is(err, ErrImageNotFound) && c.ImageArchive != "" {
+		return "", fmt.Errorf("%w: %s is not in the image archive %s", ErrImageNotFound, c.Image, c.ImageArchive)
+	}
+	return arch, err
 }
 
 // agentUnmountable holds the services whose containers turned out not to

@@ -275,7 +275,9 @@ func TestImageArchive(t *testing.T) {
 			cfg.Image = ref + "-absent"
 			missing, err := vm.New(ctx, cfg, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
 			require.NoError(t, err)
-			assert.ErrorIs(t, missing.Create(ctx), vm.ErrImageNotFound, "the archive does not hold that image")
+			err = missing.Create(ctx)
+			assert.ErrorIs(t, err, vm.ErrImageNotFound, "the archive does not hold that image")
+			assert.ErrorContains(t, err, "is not in the image archive")
 			require.NoError(t, missing.Remove(ctx))
 		})
 	}

@@ -219,14 +219,14 @@ func TestImages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cl, svc := connect(t, "4.3", libpodtest.Routes{
-		"GET /images/localhost/podvm-no-such-image:latest/exists": libpodtest.Recorded("image-exists-missing"),
+		"GET /images/localhost/podvm-no-such-image:latest/json": libpodtest.Recorded("image-inspect-missing"),
 	})
-	ok, err := cl.ImageExists(ctx, "localhost/podvm-test:latest")
+	img, err := cl.ImageInspect(ctx, "localhost/podvm-test:latest")
 	require.NoError(t, err)
-	assert.True(t, ok)
-	ok, err = cl.ImageExists(ctx, "localhost/podvm-no-such-image:latest")
-	require.NoError(t, err)
-	assert.False(t, ok)
+	assert.NotEmpty(t, img.Architecture)
+	_, err = cl.ImageInspect(ctx, "localhost/podvm-no-such-image:latest")
+	assert.Equal(t, 404, asError(t, err).Status)
+	assert.Contains(t, asError(t, err).Message, "failed to find image")
 	require.NoError(t, cl.ImagePull(ctx, "localhost/podvm-test:latest"))
 	q := svc.Requests()[len(svc.Requests())-1].URL.Query()
 	assert.Equal(t, "localhost/podvm-test:latest", q.Get("reference"))

@@ -9,16 +9,6 @@ import (
 	"net/url"
 )
 
-// ImageExists reports whether the service has image ref.
-func (c *Client) ImageExists(ctx context.Context, ref string) (bool, error) {
-	err := c.call(ctx, request{op: "image exists", method: http.MethodGet, path: "/images/%s/exists", args: []string{ref}})
-	var e *Error
-	if errors.As(err, &e) && e.Status == http.StatusNotFound {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // ImagePull pulls image ref from its registry, even when the service has
 // it. The service reports a failed pull inside its 200 answer, as a
 // stream of JSON messages: an [*Error] with Status 200 carries it.

@@ -67,9 +67,8 @@ call -H 'Content-Type: application/json' -d "$(spec "$N-exited" '["true"]')" "$A
 call -X POST "$API/containers/$N-exited/start"
 call -X POST "$API/containers/$N-exited/wait?condition=exited" >/dev/null
 
-rec image-exists "$API/images/$IMAGE/exists"
 rec image-inspect "$API/images/$IMAGE/json"
-rec image-exists-missing "$API/images/localhost/podvm-no-such-image:latest/exists"
+rec image-inspect-missing "$API/images/localhost/podvm-no-such-image:latest/json"
 rec image-pull -X POST "$API/images/pull?reference=$IMAGE&policy=missing&quiet=true"
 rec image-pull-unreachable -X POST "$API/images/pull?reference=localhost/podvm-no-such-image:latest&quiet=true"
 rec image-pull-short-name -X POST "$API/images/pull?reference=podvm-no-such-image&quiet=true"
