@@ -36,9 +36,8 @@ type Parent struct {
 // Run cgroups are kept for reuse only while runs follow one another: a
 // run's is kept when the run began less than idleLife after another
 // ended; at most maxIdle at a time, removed idleLife after the last one
-// was kept.
-// A process that exits within that second leaves them empty, for the
-// next Find (in any process) to remove.
+// was kept. A process that exits within that second leaves them empty,
+// for the next Find (in any process) to remove.
 const (
 	idleLife = time.Second
 	maxIdle  = 16
@@ -257,8 +256,8 @@ type Run struct {
 }
 
 // New creates an empty run cgroup with the given limits. The caller must
-// call [Run.Finish] or [Run.Remove]. A limit whose controller the parent does not give
-// children is an error.
+// call [Run.Finish] or [Run.Remove]. A limit whose controller the parent
+// does not give children is an error.
 func (p *Parent) New(l Limits) (*Run, error) {
 	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
@@ -315,7 +314,7 @@ func (r *Run) FD() int { return r.fd }
 //
 // A killed cgroup is not reused: on Linux 6.18 (at least) every process
 // cloned into a cgroup after its cgroup.kill, with CLONE_INTO_CGROUP, is
-// killed at birth (TestKilledNotReused).
+// killed at birth (exec's TestCgroupReuse/killed).
 func (r *Run) Kill() {
 	r.killed.Store(true)
 	_ = write(filepath.Join(r.dir, "cgroup.kill"), "1")
@@ -376,7 +375,7 @@ func (r *Run) wait() error {
 // Finish ends the run's cgroup: it kills what is left in it, waits for it
 // to be empty, returns the run's usage (see [Run.usage]) and removes it,
 // or keeps it for a later run when it is as a new one would be: empty,
-// not frozen, without cgroups of its own. The common case, a cgroup
+// never killed, not frozen, without cgroups of its own. The common case, a cgroup
 // already empty, costs one read and one rmdir, or two reads when kept.
 func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
 	user0, sys0 := r.user0, r.sys0 // what the earlier runs it served used
