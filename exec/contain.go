@@ -25,15 +25,13 @@ func (unsupported) Is(target error) bool { return target == errors.ErrUnsupporte
 //   - [ContainCgroup] (Linux, a writable cgroup v2 with cgroup.kill, 5.14+):
 //     each run gets a cgroup of its own, entered by the command at clone
 //     (nothing runs outside it, even for an instant) and killed whole with
-//     cgroup.kill, then removed, or, emptied, kept a second for a run
-//     that follows (see the README's Containment section for when, and
-//     what that saves). Nothing a process does to detach, setsid,
-//     double fork, a cleared environment, a new name or a fork bomb,
-//     takes it out of its cgroup (one that means to escape can, as the
-//     caller's user, write itself into another cgroup: hostile code
-//     belongs in a sandbox). Usage counts the whole tree; memory and pids limits
-//     are enforced by the kernel where the parent cgroup gives run
-//     cgroups those controllers.
+//     cgroup.kill, then removed before Run returns. Nothing a process
+//     does to detach, setsid, double fork, a cleared environment, a new
+//     name or a fork bomb, takes it out of its cgroup (one that means to
+//     escape can, as the caller's user, write itself into another cgroup:
+//     hostile code belongs in a sandbox). Usage counts the whole tree;
+//     memory and pids limits are enforced by the kernel where the parent
+//     cgroup gives run cgroups those controllers.
 //   - [ContainSubreaper] (Linux, a program that calls [Init]): each run
 //     gets a small helper process, this program re-executed, that is the
 //     child subreaper (PR_SET_CHILD_SUBREAPER) of the command: every
@@ -175,17 +173,13 @@ func (e *CommandExecutor) cgroupParentDir() string {
 	return e.parent.Dir()
 }
 
-// newCgroup gets the run's cgroup, where the containment has one: one an
-// earlier run emptied, or a new one, made while Run prepares the rest (the
-// kernel's mkdir of a cgroup takes about as long as making the two pipes).
-// The returned function waits for it; it must be called once.
+// newCgroup starts creating the run's cgroup, where the containment has
+// one, while Run prepares the rest (the kernel's mkdir of a cgroup takes
+// about as long as making the two pipes). The returned function waits for
+// it; it must be called once.
 func (e *CommandExecutor) newCgroup(cmd Command) func() (*cgroup.Run, error) {
 	if e.mode != ContainCgroup {
 		return func() (*cgroup.Run, error) { return nil, nil }
-	}
-	limits := cgroup.Limits{MemoryBytes: cmd.MaxMemoryBytes, Pids: int64(cmd.MaxPids)}
-	if cg := e.parent.Take(limits); cg != nil {
-		return func() (*cgroup.Run, error) { return cg, nil }
 	}
 	type made struct {
 		cg  *cgroup.Run
@@ -193,7 +187,7 @@ func (e *CommandExecutor) newCgroup(cmd Command) func() (*cgroup.Run, error) {
 	}
 	ch := make(chan made, 1)
 	go func() {
-		cg, err := e.parent.New(limits)
+		cg, err := e.parent.New(cgroup.Limits{MemoryBytes: cmd.MaxMemoryBytes, Pids: int64(cmd.MaxPids)})
 		ch <- made{cg, err}
 	}()
 	return func() (*cgroup.Run, error) {

@@ -330,8 +330,7 @@ func TestRunLimits(t *testing.T) {
 }
 
 // 1,000 runs, a tenth of them timed out and a tenth ended by a panicking
-// Stdout writer, leave no cgroup, no descriptor and no zombie behind (the
-// cgroups kept for reuse go a second after the last run).
+// Stdout writer, leave no cgroup, no descriptor and no zombie behind.
 func TestRunThousandLeaveNothing(t *testing.T) {
 	for _, c := range strict(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -355,11 +354,9 @@ func TestRunThousandLeaveNothing(t *testing.T) {
 					c.x.Run(context.Background(), cmd)
 				}()
 			}
+			assert.LessOrEqual(t, openFDs(t), before+2, "descriptors left open")
 			assert.Empty(t, zombieChildren(), "zombies left")
-			// Emptied run cgroups, and their descriptors, are kept for the
-			// next run for a second.
-			assert.Eventually(t, func() bool { return len(ownCgroups(t)) == 0 && openFDs(t) <= before+2 },
-				5*time.Second, 50*time.Millisecond, "cgroups or descriptors left: %v", ownCgroups(t))
+			assert.Empty(t, ownCgroups(t), "cgroups left")
 		})
 	}
 }
@@ -388,7 +385,11 @@ func zombieChildren() []int {
 }
 
 // ownCgroups lists the run cgroups of this process left in its cgroup v2.
-func ownCgroups(t *testing.T) []string {
+func ownCgroups(t *testing.T) []string { return runCgroups(t, strconv.Itoa(os.Getpid())) }
+
+// runCgroups lists the run cgroups of process pid left in this process's
+// cgroup v2.
+func runCgroups(t *testing.T, pid string) []string {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	require.NoError(t, err)
 	var rel string
@@ -399,7 +400,7 @@ func ownCgroups(t *testing.T) []string {
 	}
 	var left []string
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		found, _ := filepath.Glob(filepath.Join(root, rel, fmt.Sprintf("podvm-*%d-*", os.Getpid())))
+		found, _ := filepath.Glob(filepath.Join(root, rel, "podvm-*"+pid+"-*"))
 		left = append(left, found...)
 	}
 	return left
@@ -451,6 +452,22 @@ func TestRunCallerCrash(t *testing.T) {
 				"the run outlived its dead caller: %v", survivors(m))
 		})
 	}
+}
+
+// A program that exits the moment its last run returns leaves no cgroup:
+// each run's is removed before Run returns, not later.
+func TestRunCgroupGoneWhenRunReturns(t *testing.T) {
+	x := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup))
+	if _, err := x.Containment(); err != nil {
+		t.Skip(err)
+	}
+	// Not from a run cgroup of this process: the program's would be
+	// nested in it, and removed with it.
+	pg := exec.NewCommandExecutor(exec.WithContainment(exec.ContainProcessGroup))
+	res, err := pg.Run(context.Background(), helper("runs", "50"))
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, res.Stderr)
+	assert.Empty(t, runCgroups(t, res.Stdout), "cgroups of the exited program's runs")
 }
 
 // A command that makes cgroups of its own under its run cgroup (a nested

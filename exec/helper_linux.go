@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -106,9 +105,6 @@ type helperProc struct {
 	c   *osexec.Cmd // the helper
 	ctl *os.File    // our end of the control socket
 	cg  *cgroup.Run // nil unless the helper runs in a cgroup
-
-	mu    sync.Mutex
-	ended bool // the cgroup is being finished: kill must not touch it
 }
 
 func startHelper(cmd Command, env []string, files stdio, cg *cgroup.Run) (proc, error) {
@@ -191,11 +187,9 @@ func (p *helperProc) abort() {
 }
 
 func (p *helperProc) kill() {
-	p.mu.Lock()
-	if p.cg != nil && !p.ended {
+	if p.cg != nil {
 		p.cg.Kill()
 	}
-	p.mu.Unlock()
 	p.ctl.Write([]byte{'k'}) // fails harmlessly once the run has ended
 }
 
@@ -203,9 +197,6 @@ func (p *helperProc) end() (outcome, error) {
 	m, err := receive(p.ctl) // sent once the whole tree is dead and reaped
 	p.ctl.Close()
 	waitErr := p.c.Wait()
-	p.mu.Lock()
-	p.ended = true
-	p.mu.Unlock()
 	if err == nil && m[0] != msgDone {
 		err = fmt.Errorf("unexpected message %d", m[0])
 	}

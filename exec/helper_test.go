@@ -119,6 +119,16 @@ func helperMain(args []string) int {
 		go x.Run(context.Background(), exec.Command{Name: "sleep", Args: []string{args[1]}})
 		time.Sleep(300 * time.Millisecond)
 		os.Exit(3)
+	case "runs": // runs N: N runs of /bin/true back to back in a run cgroup each, then exit at once
+		x := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup))
+		n, _ := strconv.Atoi(args[0])
+		for range n {
+			if _, err := x.Run(context.Background(), exec.Command{Name: "/bin/true"}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		fmt.Print(os.Getpid())
 	case "burn": // burn D [FILE]: spin until this process has used D of CPU time; with FILE, then create it and spin on
 		d, _ := time.ParseDuration(args[0])
 		for {

@@ -36,7 +36,7 @@ type directProc struct {
 	cg *cgroup.Run
 
 	mu     sync.Mutex
-	reaped bool // the command has been reaped: its pid, or its cgroup, is no longer ours
+	reaped bool // the command has been reaped: its pid is no longer ours (process group only)
 }
 
 func startDirect(cmd Command, env []string, files stdio, cg *cgroup.Run) (proc, error) {
@@ -85,12 +85,8 @@ func (p *directProc) end() (outcome, error) {
 		waitErr = p.c.Wait()
 	} else {
 		// A cgroup is killed by its directory, not by a pid that could be
-		// reused: what the command left is killed by Finish, after which
-		// the cgroup may serve another run, which kill must not touch.
+		// reused: what the command left is killed by Finish.
 		waitErr = p.c.Wait()
-		p.mu.Lock()
-		p.reaped = true
-		p.mu.Unlock()
 	}
 
 	var out outcome

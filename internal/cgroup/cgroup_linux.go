@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,28 +19,7 @@ import (
 type Parent struct {
 	dir          string
 	memory, pids bool // controllers the run cgroups get
-
-	// Where run cgroups get no controller, an emptied one holds nothing
-	// of its run but its CPU time, which the next run subtracts: it is
-	// kept for that run instead of removed, saving a mkdir, a rmdir and
-	// the clone's linking into a new cgroup (a third of a /bin/true).
-	// With the memory controller it would carry its runs' page cache
-	// into the next run's memory.peak, and with pids its limit file.
-	mu      sync.Mutex
-	idle    []*Run      // emptied, kept for the next runs, newest last
-	lastEnd time.Time   // when a run's cgroup last ended
-	trim    *time.Timer // removes the idle ones idleLife after the last was kept
 }
-
-// Run cgroups are kept for reuse only while runs follow one another: a
-// run's is kept when the run began less than idleLife after another
-// ended; at most maxIdle at a time, removed idleLife after the last one
-// was kept. A process that exits within that second leaves them empty,
-// for the next Find (in any process) to remove.
-const (
-	idleLife = time.Second
-	maxIdle  = 16
-)
 
 var seq atomic.Int64
 
@@ -164,7 +142,7 @@ func (p *Parent) sweep() {
 		if _, err := os.Stat("/proc/" + pidStr); err == nil || !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1, cpu: -1, peak: -1, events: -1}).Remove()
+		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1, cpu: -1, peak: -1}).Remove()
 	}
 }
 
@@ -175,69 +153,6 @@ func (p *Parent) Dir() string { return p.dir }
 // controller, without which [Limits] cannot be enforced.
 func (p *Parent) Controllers() (memory, pids bool) { return p.memory, p.pids }
 
-// reusable reports whether a run cgroup with limits l may serve later
-// runs: only without controllers, hence without limits.
-func (p *Parent) reusable(l Limits) bool {
-	return !p.memory && !p.pids && l == Limits{}
-}
-
-// Take returns an emptied run cgroup kept for reuse, for a run with
-// limits l, or nil when there is none: then [Parent.New] makes one. The
-// caller must call [Run.Finish] or [Run.Remove].
-func (p *Parent) Take(l Limits) *Run {
-	if !p.reusable(l) {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.idle)
-	if n == 0 {
-		return nil
-	}
-	r := p.idle[n-1]
-	p.idle = p.idle[:n-1]
-	r.follows = true
-	return r
-}
-
-// follows reports whether a run beginning now follows another.
-func (p *Parent) follows() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return time.Since(p.lastEnd) < idleLife
-}
-
-// ended records that r's run ended and keeps r, when pristine, for a
-// later run if its run followed another; it reports whether it did.
-// user and sys are r's CPU time so far.
-func (p *Parent) ended(r *Run, pristine bool, user, sys time.Duration) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.lastEnd = time.Now()
-	if !pristine || !r.follows || len(p.idle) == maxIdle {
-		return false
-	}
-	r.user0, r.sys0 = user, sys
-	p.idle = append(p.idle, r)
-	if p.trim == nil {
-		p.trim = time.AfterFunc(idleLife, p.trimIdle)
-	} else {
-		p.trim.Reset(idleLife)
-	}
-	return true
-}
-
-// trimIdle removes the run cgroups kept for reuse.
-func (p *Parent) trimIdle() {
-	p.mu.Lock()
-	idle := p.idle
-	p.idle = nil
-	p.mu.Unlock()
-	for _, r := range idle {
-		_ = r.Remove()
-	}
-}
-
 // Run is one run's cgroup.
 type Run struct {
 	dir    string
@@ -245,25 +160,19 @@ type Run struct {
 	memory bool // it has the memory controller
 
 	// cpu.stat and memory.peak, opened when the cgroup is made so that the
-	// usage read at the end of a run costs no path walk (-1: not open),
-	// and cgroup.events, opened for a cgroup that may be reused.
-	cpu, peak, events int
-
-	reuse       *Parent       // the parent that may keep it, nil for none
-	user0, sys0 time.Duration // CPU time of the earlier runs it served
-	killed      atomic.Bool   // cgroup.kill was written: never reused
-	follows     bool          // its run began soon after another ended
+	// usage read at the end of a run costs no path walk (-1: not open).
+	cpu, peak int
 }
 
 // New creates an empty run cgroup with the given limits. The caller must
-// call [Run.Finish] or [Run.Remove]. A limit whose controller the parent
-// does not give children is an error.
+// call [Run.Remove]. A limit whose controller the parent does not give
+// children is an error.
 func (p *Parent) New(l Limits) (*Run, error) {
 	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
 	}
 	name := "podvm-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
-	r := &Run{dir: p.dir + "/" + name, fd: -1, cpu: -1, peak: -1, events: -1, memory: p.memory}
+	r := &Run{dir: p.dir + "/" + name, fd: -1, cpu: -1, peak: -1, memory: p.memory}
 	if err := unix.Mkdir(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})
 	}
@@ -276,11 +185,6 @@ func (p *Parent) New(l Limits) (*Run, error) {
 	}
 	if err == nil && r.memory {
 		r.peak, _ = unix.Openat(r.fd, "memory.peak", unix.O_RDONLY|unix.O_CLOEXEC, 0) // Linux 5.19+
-	}
-	if err == nil && p.reusable(l) {
-		if r.events, err = unix.Openat(r.fd, "cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-			r.reuse, r.follows = p, p.follows()
-		}
 	}
 	if err != nil {
 		r.Remove()
@@ -309,16 +213,8 @@ func (r *Run) limit(l Limits) error {
 func (r *Run) FD() int { return r.fd }
 
 // Kill kills every process in the cgroup, atomically: a process forking
-// while it is killed cannot escape. The caller must not call it once
-// [Run.Finish] has begun: the cgroup may be serving another run.
-//
-// A killed cgroup is not reused: on Linux 6.18 (at least) every process
-// cloned into a cgroup after its cgroup.kill, with CLONE_INTO_CGROUP, is
-// killed at birth (exec's TestCgroupReuse/killed).
-func (r *Run) Kill() {
-	r.killed.Store(true)
-	_ = write(filepath.Join(r.dir, "cgroup.kill"), "1")
-}
+// while it is killed cannot escape.
+func (r *Run) Kill() { _ = write(filepath.Join(r.dir, "cgroup.kill"), "1") }
 
 // usage returns the CPU time the cgroup's processes spent in user and
 // kernel mode, and its peak memory in bytes, or -1 without the memory
@@ -373,17 +269,10 @@ func (r *Run) wait() error {
 }
 
 // Finish ends the run's cgroup: it kills what is left in it, waits for it
-// to be empty, returns the run's usage (see [Run.usage]) and removes it,
-// or keeps it for a later run when it is as a new one would be: empty,
-// never killed, not frozen, without cgroups of its own. The common case, a cgroup
-// already empty, costs one read and one rmdir, or two reads when kept.
+// to be empty, returns its usage (see [Run.usage]) and removes it. The
+// common case, a cgroup already empty, costs one read and one rmdir.
 func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
-	user0, sys0 := r.user0, r.sys0 // what the earlier runs it served used
-	defer func() { user, system = user-user0, system-sys0 }()
 	user, system, peak = r.usage()
-	if r.reuse != nil && r.reuse.ended(r, r.pristine(), user, system) {
-		return user, system, peak, nil
-	}
 	r.close()
 	err = unix.Rmdir(r.dir)
 	if errors.Is(err, unix.EBUSY) { // processes or cgroups left: the uncommon case
@@ -397,22 +286,6 @@ func (r *Run) Finish() (user, system time.Duration, peak int64, err error) {
 		err = fmt.Errorf("cgroup: removing %s: %w", r.dir, err)
 	}
 	return user, system, peak, err
-}
-
-// pristine reports whether the cgroup is as a new one: never killed, no
-// process, not frozen (a run may freeze its own cgroup), and no child
-// cgroup (a directory's link count is two plus its subdirectories).
-func (r *Run) pristine() bool {
-	if r.killed.Load() {
-		return false
-	}
-	var st unix.Stat_t
-	if unix.Fstat(r.fd, &st) != nil || st.Nlink != 2 {
-		return false
-	}
-	var buf [128]byte
-	ev := r.read(r.events, "cgroup.events", buf[:])
-	return bytes.Contains(ev, []byte("populated 0")) && bytes.Contains(ev, []byte("frozen 0"))
 }
 
 // Remove removes the cgroup, first killing what is left in it and waiting
@@ -434,7 +307,7 @@ func (r *Run) Remove() error {
 // close closes the descriptors the run holds on its cgroup; after it,
 // [Run.usage] reads the files by path.
 func (r *Run) close() {
-	for _, fd := range []*int{&r.fd, &r.cpu, &r.peak, &r.events} {
+	for _, fd := range []*int{&r.fd, &r.cpu, &r.peak} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1

@@ -25,9 +25,6 @@ func (*Parent) Dir() string { return "" }
 // Run is a run's cgroup; there is none off Linux.
 type Run struct{}
 
-// Take returns nil.
-func (*Parent) Take(Limits) *Run { return nil }
-
 // New fails off Linux.
 func (*Parent) New(Limits) (*Run, error) { return nil, ErrUnavailable }
 

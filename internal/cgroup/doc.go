@@ -1,8 +1,7 @@
 // Package cgroup gives each run a cgroup v2 of its own, on Linux: created
 // empty under a writable parent, entered by the run's first process at
-// clone, killed whole with cgroup.kill, measured, and removed, or kept,
-// empty, for a run that follows ([Parent.Take]). Elsewhere [Find] reports
-// that there is no cgroup v2.
+// clone, killed whole with cgroup.kill, measured, and removed. Elsewhere
+// [Find] reports that there is no cgroup v2.
 package cgroup
 
 import "errors"
