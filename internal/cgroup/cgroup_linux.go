@@ -165,8 +165,8 @@ type Run struct {
 }
 
 // New creates an empty run cgroup with the given limits. The caller must
-// call [Run.Remove]. A limit whose controller the parent does not give
-// children is an error.
+// call [Run.Finish] or [Run.Remove]. A limit whose controller the parent
+// does not give children is an error.
 func (p *Parent) New(l Limits) (*Run, error) {
 	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)

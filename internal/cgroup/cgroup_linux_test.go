@@ -1,0 +1,157 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// parent returns the process's own cgroup v2 as a parent for run
+// cgroups, or skips where there is none.
+func parent(t *testing.T) *Parent {
+	t.Helper()
+	p, err := Find("")
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("no writable cgroup v2 here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startIn starts `sleep 1000` inside run cgroup r.
+func startIn(t *testing.T, r *Run) *osexec.Cmd {
+	t.Helper()
+	c := osexec.Command("sleep", "1000")
+	c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: r.FD()}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill() }) // when the code under test did not
+	return c
+}
+
+// ended waits for c, at most ten seconds, and returns how it ended.
+func ended(t *testing.T, c *osexec.Cmd) syscall.WaitStatus {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	select {
+	case <-done:
+		return c.ProcessState.Sys().(syscall.WaitStatus)
+	case <-time.After(10 * time.Second):
+		c.Process.Kill()
+		<-done
+		t.Fatal("the process in the run cgroup was not killed")
+		return 0
+	}
+}
+
+func gone(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still there (%v)", dir, err)
+	}
+}
+
+func TestFindRefusesWhatIsNotCgroupV2(t *testing.T) {
+	_, err := Find(t.TempDir())
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Find(a plain directory) = %v, want ErrUnavailable", err)
+	}
+}
+
+// Finish kills what is still in the cgroup, counts its CPU time, and
+// removes it, with a cgroup the run made inside it.
+func TestFinishKillsAndRemoves(t *testing.T) {
+	p := parent(t)
+	r, err := p.New(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Remove() }) // when Finish did not
+	c := startIn(t, r)
+	if err := os.Mkdir(filepath.Join(r.dir, "nested"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	user, system, _, err := r.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user < 0 || system < 0 {
+		t.Errorf("usage %v %v", user, system)
+	}
+	if ws := ended(t, c); ws.Signal() != syscall.SIGKILL {
+		t.Errorf("the process in the cgroup ended with %v, want SIGKILL", ws)
+	}
+	gone(t, r.dir)
+}
+
+// A limit whose controller the parent does not give is refused, not
+// ignored.
+func TestNewRefusesUnenforceableLimits(t *testing.T) {
+	p := parent(t)
+	memory, pids := p.Controllers()
+	for _, c := range []struct {
+		l  Limits
+		on bool
+	}{{Limits{MemoryBytes: 64 << 20}, memory}, {Limits{Pids: 10}, pids}} {
+		r, err := p.New(c.l)
+		if c.on {
+			if err != nil {
+				t.Errorf("New(%+v): %v", c.l, err)
+				continue
+			}
+			r.Remove()
+		} else if err == nil {
+			r.Remove()
+			t.Errorf("New(%+v) without its controller: no error", c.l)
+		}
+	}
+}
+
+// Find kills and removes the run cgroups of a caller that is gone, and
+// leaves those of live processes alone.
+func TestFindSweepsDeadCallers(t *testing.T) {
+	p := parent(t)
+	dead := osexec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := strconv.Itoa(dead.Process.Pid)
+	var err error
+	orphan := &Run{dir: filepath.Join(p.dir, "podvm-"+pid+"-1"), fd: -1, cpu: -1, peak: -1}
+	if err := os.Mkdir(orphan.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { orphan.Remove() }) // when the sweep did not
+	if orphan.fd, err = unix.Open(orphan.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := startIn(t, orphan)
+	orphan.close()
+	mine, err := p.New(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Remove()
+
+	start := time.Now()
+	if _, err := Find(p.dir); err != nil {
+		t.Fatal(err)
+	}
+	ended(t, c)
+	t.Logf("swept in %v", time.Since(start))
+	gone(t, orphan.dir)
+	if _, err := os.Stat(mine.dir); err != nil {
+		t.Errorf("a live process's run cgroup was swept: %v", err)
+	}
+}
