@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +42,7 @@ func Find(dir string) (*Parent, error) {
 	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
 		return nil, fmt.Errorf("%w: %s is not a cgroup v2 directory", ErrUnavailable, dir)
 	}
-	probe := filepath.Join(dir, fmt.Sprintf("podvm-probe-%d-%d", os.Getpid(), seq.Add(1)))
+	probe := filepath.Join(dir, "podvm-probe-"+runName())
 	if err := os.Mkdir(probe, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -124,8 +125,27 @@ func has(list, name string) bool {
 	return false
 }
 
+// runName names a new run cgroup of this process, after the "podvm-"
+// prefix: PIDNS-PID-SEQ, the inode of the process's PID namespace, its
+// pid there and a sequence number.
+func runName() string {
+	return pidNS() + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
+}
+
+// pidNS is the inode number of the calling process's PID namespace, "0"
+// when it cannot be read.
+var pidNS = sync.OnceValue(func() string {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return "0"
+	}
+	return strconv.FormatUint(st.Ino, 10)
+})
+
 // sweep kills and removes the run cgroups of processes that are gone (a
-// caller that crashed mid-run).
+// caller that crashed mid-run). Only cgroups named in this process's PID
+// namespace are looked at: a pid from another one, which shares the
+// parent, says nothing here.
 func (p *Parent) sweep() {
 	ents, _ := os.ReadDir(p.dir)
 	for _, e := range ents {
@@ -133,13 +153,15 @@ func (p *Parent) sweep() {
 		if !ok || !e.IsDir() {
 			continue
 		}
-		rest = strings.TrimPrefix(rest, "probe-")
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
+		f := strings.Split(strings.TrimPrefix(rest, "probe-"), "-")
+		if len(f) != 3 || f[0] != pidNS() {
+			continue
+		}
+		pid, err := strconv.Atoi(f[1])
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if _, err := os.Stat("/proc/" + pidStr); err == nil || !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat("/proc/" + f[1]); err == nil || !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1, cpu: -1, peak: -1}).Remove()
@@ -171,7 +193,7 @@ func (p *Parent) New(l Limits) (*Run, error) {
 	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
 	}
-	name := "podvm-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
+	name := "podvm-" + runName()
 	r := &Run{dir: p.dir + "/" + name, fd: -1, cpu: -1, peak: -1, memory: p.memory}
 	if err := unix.Mkdir(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})

@@ -118,8 +118,27 @@ func TestNewRefusesUnenforceableLimits(t *testing.T) {
 	}
 }
 
+// runIn makes a run cgroup named "podvm-"+name under p by hand, as
+// another process would have, with `sleep 1000` in it.
+func runIn(t *testing.T, p *Parent, name string) (*Run, *osexec.Cmd) {
+	t.Helper()
+	r := &Run{dir: filepath.Join(p.dir, "podvm-"+name), fd: -1, cpu: -1, peak: -1}
+	if err := os.Mkdir(r.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Remove() }) // when the sweep did not
+	var err error
+	if r.fd, err = unix.Open(r.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := startIn(t, r)
+	r.close()
+	return r, c
+}
+
 // Find kills and removes the run cgroups of a caller that is gone, and
-// leaves those of live processes alone.
+// leaves alone those of live processes and those named in another PID
+// namespace (whose pids mean nothing here).
 func TestFindSweepsDeadCallers(t *testing.T) {
 	p := parent(t)
 	dead := osexec.Command("true")
@@ -127,17 +146,8 @@ func TestFindSweepsDeadCallers(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := strconv.Itoa(dead.Process.Pid)
-	var err error
-	orphan := &Run{dir: filepath.Join(p.dir, "podvm-"+pid+"-1"), fd: -1, cpu: -1, peak: -1}
-	if err := os.Mkdir(orphan.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { orphan.Remove() }) // when the sweep did not
-	if orphan.fd, err = unix.Open(orphan.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-		t.Fatal(err)
-	}
-	c := startIn(t, orphan)
-	orphan.close()
+	orphan, c := runIn(t, p, pidNS()+"-"+pid+"-1")
+	foreign, _ := runIn(t, p, pidNS()+"1-"+pid+"-2")
 	mine, err := p.New(Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +161,12 @@ func TestFindSweepsDeadCallers(t *testing.T) {
 	ended(t, c)
 	t.Logf("swept in %v", time.Since(start))
 	gone(t, orphan.dir)
-	if _, err := os.Stat(mine.dir); err != nil {
-		t.Errorf("a live process's run cgroup was swept: %v", err)
+	for _, r := range []*Run{mine, foreign} {
+		if _, err := os.Stat(r.dir); err != nil {
+			t.Errorf("%s was swept: %v", r.dir, err)
+		}
+	}
+	if !foreign.populated() {
+		t.Errorf("the run in another PID namespace's cgroup was killed")
 	}
 }
