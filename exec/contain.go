@@ -25,10 +25,11 @@ func (unsupported) Is(target error) bool { return target == errors.ErrUnsupporte
 //   - [ContainCgroup] (Linux, a writable cgroup v2 with cgroup.kill, 5.14+):
 //     each run gets a cgroup of its own, entered by the command at clone
 //     (nothing runs outside it, even for an instant) and killed whole with
-//     cgroup.kill, then removed before Run returns. Nothing a process
-//     does to detach, setsid, double fork, a cleared environment, a new
-//     name or a fork bomb, takes it out of its cgroup (one that means to
-//     escape can, as the caller's user, write itself into another cgroup:
+//     cgroup.kill, then removed before Run returns; a watcher process
+//     kills it when the caller dies mid-run. Nothing a process does to
+//     detach, setsid, double fork, a cleared environment, a new name or a
+//     fork bomb, takes it out of its cgroup (one that means to escape
+//     can, as the caller's user, write itself into another cgroup:
 //     hostile code belongs in a sandbox). Usage counts the whole tree;
 //     memory and pids limits are enforced by the kernel where the parent
 //     cgroup gives run cgroups those controllers.

@@ -429,10 +429,9 @@ func TestRunInheritsOnlyStdio(t *testing.T) {
 	}
 }
 
-// A caller that dies mid-run: the subreaper helper sees its control
-// socket close and kills the run at once; a run cgroup outlives its
-// caller, and the next executor to look (in any process) kills and
-// removes it.
+// A caller that dies mid-run takes its runs with it: the subreaper
+// helper sees its control socket close, the cgroup watcher its pipe, and
+// each kills the whole run at once, with no other executor to look.
 func TestRunCallerCrash(t *testing.T) {
 	for _, c := range strict(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -443,13 +442,10 @@ func TestRunCallerCrash(t *testing.T) {
 			res, err := pg.Run(context.Background(), helper("crash", c.name, m))
 			require.NoError(t, err)
 			require.Equal(t, 3, res.ExitCode, res.Stderr)
-			if c.name == "cgroup" {
-				require.NotEmpty(t, survivors(m), "the run is left to the next executor")
-				_, err := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup)).Containment()
-				require.NoError(t, err)
-			}
 			require.Eventually(t, func() bool { return len(survivors(m)) == 0 }, 5*time.Second, 20*time.Millisecond,
 				"the run outlived its dead caller: %v", survivors(m))
+			require.Eventually(t, func() bool { return len(runCgroups(t, res.Stdout)) == 0 }, 5*time.Second, 20*time.Millisecond,
+				"the dead caller's run cgroup is left: %v", runCgroups(t, res.Stdout))
 		})
 	}
 }

@@ -113,10 +113,11 @@ func helperMain(args []string) int {
 		}
 		time.Sleep(time.Hour) // holding the run's stdout and stderr
 
-	case "crash": // crash CONTAINMENT MARK: start "sleep MARK" under CONTAINMENT, then die mid-run
+	case "crash": // crash CONTAINMENT MARK: print its pid, start "sleep MARK" twice, one detached, under CONTAINMENT, then die mid-run
 		c := map[string]exec.Containment{"cgroup": exec.ContainCgroup, "subreaper": exec.ContainSubreaper}[args[0]]
 		x := exec.NewCommandExecutor(exec.WithContainment(c))
-		go x.Run(context.Background(), exec.Command{Name: "sleep", Args: []string{args[1]}})
+		fmt.Print(os.Getpid())
+		go x.Run(context.Background(), exec.Command{Name: "sh", Args: []string{"-c", "setsid sleep $0 & exec sleep $0", args[1]}})
 		time.Sleep(300 * time.Millisecond)
 		os.Exit(3)
 	case "runs": // runs N: N runs of /bin/true back to back in a run cgroup each, then exit at once

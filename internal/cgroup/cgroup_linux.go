@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -54,7 +55,62 @@ func Find(dir string) (*Parent, error) {
 	p := &Parent{dir: dir}
 	p.enable()
 	p.sweep()
+	watch(dir)
 	return p, nil
+}
+
+// watchScript is the watcher [watch] starts. It reads its stdin until
+// EOF, which comes when the process that started it is gone, however it
+// died; then it kills every run cgroup whose name starts with $1 and
+// removes them (one holding cgroups of its own is left to the next
+// sweep). Signals sent to a terminal's group or a session do not stop it.
+const watchScript = `trap '' HUP INT QUIT TERM PIPE
+while read -r _; do :; done
+for d in "$1"*; do [ -d "$d" ] && echo 1 >"$d/cgroup.kill"; done 2>/dev/null
+n=0
+while [ $n -lt 50 ]; do
+  left=
+  for d in "$1"*; do [ -d "$d" ] && { rmdir "$d" 2>/dev/null || left=1; }; done
+  [ -z "$left" ] && exit 0
+  n=$((n+1)); sleep 0.1
+done`
+
+// watchers holds, per parent directory, the write end of the pipe whose
+// read end is its watcher's stdin: it is never written to, and closes
+// only when this process ends (it is close-on-exec, so no child holds it).
+var watchers struct {
+	sync.Mutex
+	pipes map[string]*os.File
+}
+
+// watch starts, once per parent directory and process, a watcher that
+// kills this process's run cgroups under dir when the process dies
+// mid-run: a caller that crashes leaves no run alive. Where /bin/sh
+// cannot be started, the next [Find] (in any process of this PID
+// namespace) sweeps them instead.
+func watch(dir string) {
+	watchers.Lock()
+	defer watchers.Unlock()
+	if watchers.pipes[dir] != nil {
+		return
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	c := osexec.Command("/bin/sh", "-c", watchScript, "podvm-cgroup-watch", dir+"/podvm-"+pidNS()+"-"+strconv.Itoa(os.Getpid())+"-")
+	c.Stdin = r
+	c.SysProcAttr = &unix.SysProcAttr{Setsid: true} // out of the caller's group and session
+	if err := c.Start(); err != nil {
+		w.Close()
+		return
+	}
+	go c.Wait() // it exits early only if killed: reap it
+	if watchers.pipes == nil {
+		watchers.pipes = map[string]*os.File{}
+	}
+	watchers.pipes[dir] = w
 }
 
 // own returns the directory of the calling process's cgroup v2.
