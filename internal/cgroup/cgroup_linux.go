@@ -62,15 +62,17 @@ func Find(dir string) (*Parent, error) {
 // watchScript is the watcher [watch] starts. It reads its stdin until
 // EOF, which comes when the process that started it is gone, however it
 // died; then it kills every run cgroup whose name starts with $1 and
-// removes them (one holding cgroups of its own is left to the next
-// sweep). Signals sent to a terminal's group or a session do not stop it.
+// removes those (not others a process reusing the pid may make; one
+// holding cgroups of its own is left to the next sweep). Signals sent to
+// a terminal's group or a session do not stop it.
 const watchScript = `trap '' HUP INT QUIT TERM PIPE
 while read -r _; do :; done
-for d in "$1"*; do [ -d "$d" ] && echo 1 >"$d/cgroup.kill"; done 2>/dev/null
+p=$1; set --
+for d in "$p"*; do [ -d "$d" ] && echo 1 >"$d/cgroup.kill" && set -- "$@" "$d"; done 2>/dev/null
 n=0
 while [ $n -lt 50 ]; do
   left=
-  for d in "$1"*; do [ -d "$d" ] && { rmdir "$d" 2>/dev/null || left=1; }; done
+  for d; do [ -d "$d" ] && { rmdir "$d" 2>/dev/null || left=1; }; done
   [ -z "$left" ] && exit 0
   n=$((n+1)); sleep 0.1
 done`
