@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -387,23 +388,38 @@ func zombieChildren() []int {
 // ownCgroups lists the run cgroups of this process left in its cgroup v2.
 func ownCgroups(t *testing.T) []string { return runCgroups(t, strconv.Itoa(os.Getpid())) }
 
-// runCgroups lists the run cgroups of process pid left in this process's
-// cgroup v2.
+// runCgroups lists the run cgroups of process pid, of this PID namespace,
+// left in this process's cgroup v2.
 func runCgroups(t *testing.T, pid string) []string {
-	data, err := os.ReadFile("/proc/self/cgroup")
+	left, err := runCgroupsOf(pid)
 	require.NoError(t, err)
+	return left
+}
+
+// runCgroupsOf is runCgroups for code without a testing.T: run cgroups
+// are named podvm-PIDNS-PID-TOKEN-SEQ.
+func runCgroupsOf(pid string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
 	var rel string
 	for line := range strings.Lines(string(data)) {
 		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
 			rel = p
 		}
 	}
+	ns, err := os.Stat("/proc/self/ns/pid")
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("podvm-%d-%s-", ns.Sys().(*syscall.Stat_t).Ino, pid)
 	var left []string
 	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		found, _ := filepath.Glob(filepath.Join(root, rel, "podvm-*"+pid+"-*"))
+		found, _ := filepath.Glob(filepath.Join(root, rel, prefix+"*"))
 		left = append(left, found...)
 	}
-	return left
+	return left, nil
 }
 
 func TestErrUnsupported(t *testing.T) {
@@ -451,7 +467,8 @@ func TestRunCallerCrash(t *testing.T) {
 }
 
 // A program that exits the moment its last run returns leaves no cgroup:
-// each run's is removed before Run returns, not later.
+// each run's is removed before Run returns, not later (the program looks
+// itself, before its watcher could clean up after it).
 func TestRunCgroupGoneWhenRunReturns(t *testing.T) {
 	x := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup))
 	if _, err := x.Containment(); err != nil {

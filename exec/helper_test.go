@@ -117,8 +117,16 @@ func helperMain(args []string) int {
 		c := map[string]exec.Containment{"cgroup": exec.ContainCgroup, "subreaper": exec.ContainSubreaper}[args[0]]
 		x := exec.NewCommandExecutor(exec.WithContainment(c))
 		fmt.Print(os.Getpid())
-		go x.Run(context.Background(), exec.Command{Name: "sh", Args: []string{"-c", "setsid sleep $0 & exec sleep $0", args[1]}})
-		time.Sleep(300 * time.Millisecond)
+		started := make(chan struct{})
+		go x.Run(context.Background(), exec.Command{Name: "sh", Args: []string{"-c", "setsid sleep $0 & echo started; exec sleep $0", args[1]},
+			Stdout: firstWrite{started}})
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			fmt.Fprintln(os.Stderr, "the run did not start")
+			return 1
+		}
+		time.Sleep(50 * time.Millisecond) // for setsid's sleep to be there too
 		os.Exit(3)
 	case "runs": // runs N: N runs of /bin/true back to back in a run cgroup each, then exit at once
 		x := exec.NewCommandExecutor(exec.WithContainment(exec.ContainCgroup))
@@ -128,6 +136,10 @@ func helperMain(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
+		}
+		if left, err := runCgroupsOf(strconv.Itoa(os.Getpid())); err != nil || len(left) > 0 {
+			fmt.Fprintln(os.Stderr, "cgroups left:", left, err)
+			return 1
 		}
 		fmt.Print(os.Getpid())
 	case "burn": // burn D [FILE]: spin until this process has used D of CPU time; with FILE, then create it and spin on
@@ -162,6 +174,18 @@ func helperMain(args []string) int {
 		return 2
 	}
 	return 0
+}
+
+// firstWrite closes its channel on its first Write.
+type firstWrite struct{ c chan struct{} }
+
+func (w firstWrite) Write(p []byte) (int, error) {
+	select {
+	case <-w.c:
+	default:
+		close(w.c)
+	}
+	return len(p), nil
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

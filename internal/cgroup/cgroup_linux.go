@@ -3,6 +3,8 @@ package cgroup
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -30,8 +32,10 @@ var seq atomic.Int64
 // unless a child cgroup can be created there and has cgroup.kill (Linux
 // 5.14+). It enables the memory and pids controllers for children where
 // the parent's cgroup.subtree_control allows it (it does not when the
-// parent holds processes and is not a root), and removes what runs of
-// processes that no longer exist left behind.
+// parent holds processes and is not a root), removes what runs of
+// processes that no longer exist left behind, and starts this process's
+// watcher for dir (see [watch]): a /bin/sh that lives as long as the
+// process.
 func Find(dir string) (*Parent, error) {
 	if dir == "" {
 		var err error
@@ -43,7 +47,7 @@ func Find(dir string) (*Parent, error) {
 	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
 		return nil, fmt.Errorf("%w: %s is not a cgroup v2 directory", ErrUnavailable, dir)
 	}
-	probe := filepath.Join(dir, "podvm-probe-"+runName())
+	probe := filepath.Join(dir, "podvm-probe-"+instance()+"-"+strconv.FormatInt(seq.Add(1), 10))
 	if err := os.Mkdir(probe, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -60,11 +64,11 @@ func Find(dir string) (*Parent, error) {
 }
 
 // watchScript is the watcher [watch] starts. It reads its stdin until
-// EOF, which comes when the process that started it is gone, however it
-// died; then it kills every run cgroup whose name starts with $1 and
-// removes those (not others a process reusing the pid may make; one
-// holding cgroups of its own is left to the next sweep). Signals sent to
-// a terminal's group or a session do not stop it.
+// EOF, which comes when the process image that started it is gone (it
+// died, however, or exec'd another program); then it kills every run
+// cgroup whose name starts with $1 and removes those (one holding cgroups
+// of its own is left to the next sweep). Signals sent to a terminal's
+// group or a session do not stop it.
 const watchScript = `trap '' HUP INT QUIT TERM PIPE
 while read -r _; do :; done
 p=$1; set --
@@ -74,12 +78,13 @@ while [ $n -lt 50 ]; do
   left=
   for d; do [ -d "$d" ] && { rmdir "$d" 2>/dev/null || left=1; }; done
   [ -z "$left" ] && exit 0
-  n=$((n+1)); sleep 0.1
+  n=$((n+1)); sleep 0.1 2>/dev/null || sleep 1
 done`
 
 // watchers holds, per parent directory, the write end of the pipe whose
 // read end is its watcher's stdin: it is never written to, and closes
-// only when this process ends (it is close-on-exec, so no child holds it).
+// only when this process image ends (it is close-on-exec, so no child
+// holds it).
 var watchers struct {
 	sync.Mutex
 	pipes map[string]*os.File
@@ -87,9 +92,12 @@ var watchers struct {
 
 // watch starts, once per parent directory and process, a watcher that
 // kills this process's run cgroups under dir when the process dies
-// mid-run: a caller that crashes leaves no run alive. Where /bin/sh
-// cannot be started, the next [Find] (in any process of this PID
-// namespace) sweeps them instead.
+// mid-run: a caller that crashes leaves no run alive. The watcher is in
+// the caller's cgroup, in a session of its own: what kills the caller's
+// whole cgroup kills it too (with a parent outside that cgroup, the runs
+// then live on), and so does an outer subreaper's sweep. Where /bin/sh
+// cannot be started, or the watcher is gone, the next [Find] on dir (in
+// any process of this PID namespace) sweeps them instead.
 func watch(dir string) {
 	watchers.Lock()
 	defer watchers.Unlock()
@@ -101,7 +109,9 @@ func watch(dir string) {
 		return
 	}
 	defer r.Close()
-	c := osexec.Command("/bin/sh", "-c", watchScript, "podvm-cgroup-watch", dir+"/podvm-"+pidNS()+"-"+strconv.Itoa(os.Getpid())+"-")
+	c := osexec.Command("/bin/sh", "-c", watchScript, "podvm-cgroup-watch", dir+"/podvm-"+instance()+"-")
+	c.Args[0] = "podvm-cgroup-watch" // as ps shows it
+	c.Dir, c.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	c.Stdin = r
 	c.SysProcAttr = &unix.SysProcAttr{Setsid: true} // out of the caller's group and session
 	if err := c.Start(); err != nil {
@@ -183,28 +193,31 @@ func has(list, name string) bool {
 	return false
 }
 
-// runName names a new run cgroup of this process, after the "podvm-"
-// prefix: PIDNS-PID-SEQ, the inode of the process's PID namespace, its
-// pid there and a sequence number.
-func runName() string {
-	return pidNS() + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(seq.Add(1), 10)
-}
-
-// pidNS is the inode number of the calling process's PID namespace, "0"
-// when it cannot be read.
-var pidNS = sync.OnceValue(func() string {
+// instance names this process image's run cgroups, "podvm-" + instance
+// + "-" + a sequence number: PIDNS-PID-TOKEN, the inode of the process's
+// PID namespace ("0" when it cannot be read), its pid there, and a random
+// token, which a re-executed image, same pid, does not share.
+var instance = sync.OnceValue(func() string {
+	ns := "0"
 	var st unix.Stat_t
-	if unix.Stat("/proc/self/ns/pid", &st) != nil {
-		return "0"
+	if unix.Stat("/proc/self/ns/pid", &st) == nil {
+		ns = strconv.FormatUint(st.Ino, 10)
 	}
-	return strconv.FormatUint(st.Ino, 10)
+	var tok [4]byte
+	_, _ = rand.Read(tok[:])
+	return ns + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(tok[:])
 })
 
-// sweep kills and removes the run cgroups of processes that are gone (a
-// caller that crashed mid-run). Only cgroups named in this process's PID
-// namespace are looked at: a pid from another one, which shares the
-// parent, says nothing here.
+// sweep kills and removes the run cgroups of process images that are gone
+// (a caller that crashed mid-run, or re-executed itself). Only names of
+// this process's PID namespace are looked at: a pid of another one, which
+// shares the parent, says nothing here; where the namespace is not known,
+// nothing is swept.
 func (p *Parent) sweep() {
+	me := strings.Split(instance(), "-")
+	if me[0] == "0" {
+		return
+	}
 	ents, _ := os.ReadDir(p.dir)
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), "podvm-")
@@ -212,14 +225,15 @@ func (p *Parent) sweep() {
 			continue
 		}
 		f := strings.Split(strings.TrimPrefix(rest, "probe-"), "-")
-		if len(f) != 3 || f[0] != pidNS() {
+		if len(f) != 4 || f[0] != me[0] || f[1] == me[1] && f[2] == me[2] {
 			continue
 		}
 		pid, err := strconv.Atoi(f[1])
-		if err != nil || pid == os.Getpid() {
+		if err != nil || pid <= 0 {
 			continue
 		}
-		if _, err := os.Stat("/proc/" + f[1]); err == nil || !errors.Is(err, os.ErrNotExist) {
+		// The same pid with another token is an image this one replaced.
+		if f[1] != me[1] && !errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
 			continue
 		}
 		_ = (&Run{dir: filepath.Join(p.dir, e.Name()), fd: -1, cpu: -1, peak: -1}).Remove()
@@ -251,7 +265,7 @@ func (p *Parent) New(l Limits) (*Run, error) {
 	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
 	}
-	name := "podvm-" + runName()
+	name := "podvm-" + instance() + "-" + strconv.FormatInt(seq.Add(1), 10)
 	r := &Run{dir: p.dir + "/" + name, fd: -1, cpu: -1, peak: -1, memory: p.memory}
 	if err := unix.Mkdir(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})

@@ -6,6 +6,7 @@ import (
 	osexec "os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -136,18 +137,41 @@ func runIn(t *testing.T, p *Parent, name string) (*Run, *osexec.Cmd) {
 	return r, c
 }
 
-// Find kills and removes the run cgroups of a caller that is gone, and
-// leaves alone those of live processes and those named in another PID
-// namespace (whose pids mean nothing here).
+// isolated returns a parent of its own under the process's cgroup, so
+// that no other test process's sweep touches what a test makes by hand.
+func isolated(t *testing.T) *Parent {
+	t.Helper()
+	dir := filepath.Join(parent(t).dir, "podvm-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	p, err := Find(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Find kills and removes the run cgroups of a process image that is gone
+// (dead, or replaced by exec: same pid, another token), and leaves alone
+// those of live processes, those named in another PID namespace (whose
+// pids mean nothing here), and this image's own.
 func TestFindSweepsDeadCallers(t *testing.T) {
-	p := parent(t)
+	p := isolated(t)
 	dead := osexec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	pid := strconv.Itoa(dead.Process.Pid)
-	orphan, c := runIn(t, p, pidNS()+"-"+pid+"-1")
-	foreign, _ := runIn(t, p, pidNS()+"1-"+pid+"-2")
+	me := strings.Split(instance(), "-")
+	ns, pid := me[0], strconv.Itoa(dead.Process.Pid)
+	if ns == "0" {
+		t.Skip("no PID namespace to name runs in: nothing is swept")
+	}
+	orphan, c := runIn(t, p, ns+"-"+pid+"-0badcafe-1")
+	replaced, rc := runIn(t, p, ns+"-"+me[1]+"-0badcafe-2")
+	foreign, _ := runIn(t, p, ns+"1-"+pid+"-0badcafe-3")
+	live, _ := runIn(t, p, ns+"-"+strconv.Itoa(os.Getppid())+"-0badcafe-4")
 	mine, err := p.New(Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -159,14 +183,16 @@ func TestFindSweepsDeadCallers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ended(t, c)
+	ended(t, rc)
 	t.Logf("swept in %v", time.Since(start))
 	gone(t, orphan.dir)
-	for _, r := range []*Run{mine, foreign} {
-		if _, err := os.Stat(r.dir); err != nil {
-			t.Errorf("%s was swept: %v", r.dir, err)
-		}
+	gone(t, replaced.dir)
+	if _, err := os.Stat(mine.dir); err != nil {
+		t.Errorf("this image's own run cgroup was swept: %v", err)
 	}
-	if !foreign.populated() {
-		t.Errorf("the run in another PID namespace's cgroup was killed")
+	for _, r := range []*Run{foreign, live} {
+		if _, err := os.Stat(r.dir); err != nil || !r.populated() {
+			t.Errorf("%s was swept (%v)", r.dir, err)
+		}
 	}
 }
