@@ -389,16 +389,21 @@ func zombieChildren() []int {
 func ownCgroups(t *testing.T) []string { return runCgroups(t, strconv.Itoa(os.Getpid())) }
 
 // runCgroups lists the run cgroups of process pid, of this PID namespace,
-// left in this process's cgroup v2.
-func runCgroups(t *testing.T, pid string) []string {
-	left, err := runCgroupsOf(pid)
+// left in this process's cgroup v2, or in dir when one is given.
+func runCgroups(t *testing.T, pid string, dir ...string) []string {
+	if len(dir) == 0 {
+		var err error
+		dir, err = ownCgroupDirs()
+		require.NoError(t, err)
+	}
+	left, err := runCgroupsIn(dir, pid)
 	require.NoError(t, err)
 	return left
 }
 
-// runCgroupsOf is runCgroups for code without a testing.T: run cgroups
-// are named podvm-PIDNS-PID-TOKEN-SEQ.
-func runCgroupsOf(pid string) ([]string, error) {
+// ownCgroupDirs lists where this process's cgroup v2 may be: under
+// /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host.
+func ownCgroupDirs() ([]string, error) {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
@@ -409,17 +414,53 @@ func runCgroupsOf(pid string) ([]string, error) {
 			rel = p
 		}
 	}
+	return []string{filepath.Join("/sys/fs/cgroup", rel), filepath.Join("/sys/fs/cgroup/unified", rel)}, nil
+}
+
+// runCgroupsIn lists the run cgroups of process pid, of this PID
+// namespace, in dirs: run cgroups are named podvm-PIDNS-PID-TOKEN-SEQ.
+func runCgroupsIn(dirs []string, pid string) ([]string, error) {
 	ns, err := os.Stat("/proc/self/ns/pid")
 	if err != nil {
 		return nil, err
 	}
 	prefix := fmt.Sprintf("podvm-%d-%s-", ns.Sys().(*syscall.Stat_t).Ino, pid)
 	var left []string
-	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		found, _ := filepath.Glob(filepath.Join(root, rel, prefix+"*"))
+	for _, dir := range dirs {
+		found, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
 		left = append(left, found...)
 	}
 	return left, nil
+}
+
+// privateParent makes a cgroup v2 of the test's own, under this
+// process's, for an executor's run cgroups (WithCgroupParent): no other
+// process's sweep looks there.
+func privateParent(t *testing.T) string {
+	t.Helper()
+	dirs, err := ownCgroupDirs()
+	require.NoError(t, err)
+	for _, d := range dirs {
+		var fs syscall.Statfs_t
+		if syscall.Statfs(d, &fs) == nil && fs.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+			dir := filepath.Join(d, "podvm-test-"+mark())
+			require.NoError(t, os.Mkdir(dir, 0o755))
+			t.Cleanup(func() {
+				// What the code under test failed to remove goes too.
+				left, _ := filepath.Glob(filepath.Join(dir, "podvm-*"))
+				for _, cg := range left {
+					os.WriteFile(filepath.Join(cg, "cgroup.kill"), []byte("1"), 0)
+				}
+				for _, cg := range left {
+					assert.Eventually(t, func() bool { return os.Remove(cg) == nil }, 5*time.Second, 20*time.Millisecond)
+				}
+				os.Remove(dir)
+			})
+			return dir
+		}
+	}
+	t.Fatal("the cgroup containment works but no cgroup v2 of this process is where the test looks")
+	return ""
 }
 
 func TestErrUnsupported(t *testing.T) {
@@ -447,21 +488,29 @@ func TestRunInheritsOnlyStdio(t *testing.T) {
 
 // A caller that dies mid-run takes its runs with it: the subreaper
 // helper sees its control socket close, the cgroup watcher its pipe, and
-// each kills the whole run at once, with no other executor to look.
+// each kills the whole run at once, with no other executor to look (the
+// cgroup runs are under a parent of their own, which no other test
+// process sweeps).
 func TestRunCallerCrash(t *testing.T) {
 	for _, c := range strict(t) {
 		t.Run(c.name, func(t *testing.T) {
 			m := mark()
+			args := []string{c.name, m}
+			if c.name == "cgroup" {
+				args = append(args, privateParent(t))
+			}
 			// Not from a run cgroup of this process: the crashed caller's
 			// would be nested in it, and killed with it.
 			pg := exec.NewCommandExecutor(exec.WithContainment(exec.ContainProcessGroup))
-			res, err := pg.Run(context.Background(), helper("crash", c.name, m))
+			res, err := pg.Run(context.Background(), helper("crash", args...))
 			require.NoError(t, err)
 			require.Equal(t, 3, res.ExitCode, res.Stderr)
 			require.Eventually(t, func() bool { return len(survivors(m)) == 0 }, 5*time.Second, 20*time.Millisecond,
 				"the run outlived its dead caller: %v", survivors(m))
-			require.Eventually(t, func() bool { return len(runCgroups(t, res.Stdout)) == 0 }, 5*time.Second, 20*time.Millisecond,
-				"the dead caller's run cgroup is left: %v", runCgroups(t, res.Stdout))
+			if c.name == "cgroup" {
+				require.Eventually(t, func() bool { return len(runCgroups(t, res.Stdout, args[2])) == 0 }, 5*time.Second, 20*time.Millisecond,
+					"the dead caller's run cgroup is left: %v", runCgroups(t, res.Stdout, args[2]))
+			}
 		})
 	}
 }

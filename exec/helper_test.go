@@ -113,9 +113,13 @@ func helperMain(args []string) int {
 		}
 		time.Sleep(time.Hour) // holding the run's stdout and stderr
 
-	case "crash": // crash CONTAINMENT MARK: print its pid, start "sleep MARK" twice, one detached, under CONTAINMENT, then die mid-run
+	case "crash": // crash CONTAINMENT MARK [PARENT]: print its pid, start "sleep MARK" twice, one detached, under CONTAINMENT (run cgroups under PARENT), then die mid-run
 		c := map[string]exec.Containment{"cgroup": exec.ContainCgroup, "subreaper": exec.ContainSubreaper}[args[0]]
-		x := exec.NewCommandExecutor(exec.WithContainment(c))
+		opts := []exec.Option{exec.WithContainment(c)}
+		if len(args) > 2 {
+			opts = append(opts, exec.WithCgroupParent(args[2]))
+		}
+		x := exec.NewCommandExecutor(opts...)
 		fmt.Print(os.Getpid())
 		started := make(chan struct{})
 		go x.Run(context.Background(), exec.Command{Name: "sh", Args: []string{"-c", "setsid sleep $0 & echo started; exec sleep $0", args[1]},
@@ -137,7 +141,12 @@ func helperMain(args []string) int {
 				return 1
 			}
 		}
-		if left, err := runCgroupsOf(strconv.Itoa(os.Getpid())); err != nil || len(left) > 0 {
+		dirs, err := ownCgroupDirs()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if left, err := runCgroupsIn(dirs, strconv.Itoa(os.Getpid())); err != nil || len(left) > 0 {
 			fmt.Fprintln(os.Stderr, "cgroups left:", left, err)
 			return 1
 		}

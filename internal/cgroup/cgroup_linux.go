@@ -109,8 +109,8 @@ func watch(dir string) {
 		return
 	}
 	defer r.Close()
+	// Its $0 names it in ps; its own argv[0] stays sh (busybox reads it).
 	c := osexec.Command("/bin/sh", "-c", watchScript, "podvm-cgroup-watch", dir+"/podvm-"+instance()+"-")
-	c.Args[0] = "podvm-cgroup-watch" // as ps shows it
 	c.Dir, c.Env = "/", []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	c.Stdin = r
 	c.SysProcAttr = &unix.SysProcAttr{Setsid: true} // out of the caller's group and session
@@ -118,11 +118,19 @@ func watch(dir string) {
 		w.Close()
 		return
 	}
-	go c.Wait() // it exits early only if killed: reap it
 	if watchers.pipes == nil {
 		watchers.pipes = map[string]*os.File{}
 	}
 	watchers.pipes[dir] = w
+	go func() {
+		// It exits while this process lives only when it failed or was
+		// killed: reap it, and let the next Find on dir start another.
+		c.Wait()
+		watchers.Lock()
+		delete(watchers.pipes, dir)
+		watchers.Unlock()
+		w.Close()
+	}()
 }
 
 // own returns the directory of the calling process's cgroup v2.
