@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/podvm/podvm/exec"
 )
@@ -386,19 +387,21 @@ func zombieChildren() []int {
 }
 
 // ownCgroups lists the run cgroups of this process left in its cgroup v2.
-func ownCgroups(t *testing.T) []string { return runCgroups(t, strconv.Itoa(os.Getpid())) }
+func ownCgroups(t *testing.T) []string { return ownRunCgroups(t, strconv.Itoa(os.Getpid())) }
 
 // runCgroups lists the run cgroups of process pid, of this PID namespace,
-// left in this process's cgroup v2, or in dir when one is given.
-func runCgroups(t *testing.T, pid string, dir ...string) []string {
-	if len(dir) == 0 {
-		var err error
-		dir, err = ownCgroupDirs()
-		require.NoError(t, err)
-	}
-	left, err := runCgroupsIn(dir, pid)
+// left in dirs.
+func runCgroups(t *testing.T, pid string, dirs ...string) []string {
+	left, err := runCgroupsIn(dirs, pid)
 	require.NoError(t, err)
 	return left
+}
+
+// ownRunCgroups is runCgroups in this process's cgroup v2.
+func ownRunCgroups(t *testing.T, pid string) []string {
+	dirs, err := ownCgroupDirs()
+	require.NoError(t, err)
+	return runCgroups(t, pid, dirs...)
 }
 
 // ownCgroupDirs lists where this process's cgroup v2 may be: under
@@ -441,8 +444,8 @@ func privateParent(t *testing.T) string {
 	dirs, err := ownCgroupDirs()
 	require.NoError(t, err)
 	for _, d := range dirs {
-		var fs syscall.Statfs_t
-		if syscall.Statfs(d, &fs) == nil && fs.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+		var fs unix.Statfs_t
+		if unix.Statfs(d, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
 			dir := filepath.Join(d, "podvm-test-"+mark())
 			require.NoError(t, os.Mkdir(dir, 0o755))
 			t.Cleanup(func() {
@@ -529,7 +532,7 @@ func TestRunCgroupGoneWhenRunReturns(t *testing.T) {
 	res, err := pg.Run(context.Background(), helper("runs", "50"))
 	require.NoError(t, err)
 	require.Equal(t, 0, res.ExitCode, res.Stderr)
-	assert.Empty(t, runCgroups(t, res.Stdout), "cgroups of the exited program's runs")
+	assert.Empty(t, ownRunCgroups(t, res.Stdout), "cgroups of the exited program's runs")
 }
 
 // A command that makes cgroups of its own under its run cgroup (a nested

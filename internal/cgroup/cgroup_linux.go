@@ -47,7 +47,7 @@ func Find(dir string) (*Parent, error) {
 	if err := unix.Statfs(dir, &fs); err != nil || fs.Type != unix.CGROUP2_SUPER_MAGIC {
 		return nil, fmt.Errorf("%w: %s is not a cgroup v2 directory", ErrUnavailable, dir)
 	}
-	probe := filepath.Join(dir, "podvm-probe-"+instance()+"-"+strconv.FormatInt(seq.Add(1), 10))
+	probe := filepath.Join(dir, newName("podvm-probe-"))
 	if err := os.Mkdir(probe, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -216,6 +216,12 @@ var instance = sync.OnceValue(func() string {
 	return ns + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(tok[:])
 })
 
+// newName returns a new cgroup name of this process image: prefix,
+// instance, a sequence number.
+func newName(prefix string) string {
+	return prefix + instance() + "-" + strconv.FormatInt(seq.Add(1), 10)
+}
+
 // sweep kills and removes the run cgroups of process images that are gone
 // (a caller that crashed mid-run, or re-executed itself). Only names of
 // this process's PID namespace are looked at: a pid of another one, which
@@ -273,8 +279,7 @@ func (p *Parent) New(l Limits) (*Run, error) {
 	if (l.MemoryBytes > 0 && !p.memory) || (l.Pids > 0 && !p.pids) {
 		return nil, fmt.Errorf("cgroup: %s does not give its children the controller a limit needs", p.dir)
 	}
-	name := "podvm-" + instance() + "-" + strconv.FormatInt(seq.Add(1), 10)
-	r := &Run{dir: p.dir + "/" + name, fd: -1, cpu: -1, peak: -1, memory: p.memory}
+	r := &Run{dir: p.dir + "/" + newName("podvm-"), fd: -1, cpu: -1, peak: -1, memory: p.memory}
 	if err := unix.Mkdir(r.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", &os.PathError{Op: "mkdir", Path: r.dir, Err: err})
 	}
