@@ -1,15 +1,9 @@
 package vm
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/podvm/podvm/exec"
@@ -24,17 +18,10 @@ import (
 // -ai`), not as a Podman exec session. The agent runs each command under
 // a per-run subreaper, so every process the command starts is tracked and
 // killed however it detaches, and reports the run's usage. It reaches the
-// sandbox at agentDir: bind-mounted read-only from the caller's cache
+// sandbox at agent.Dir: bind-mounted read-only from the caller's cache
 // when Podman runs on this machine, else copied into the created
 // container before it starts (a remote service). Either way it works
 // with read-only root filesystems, any user and images without a shell.
-
-const (
-	// agentDir is where the agent image is mounted in every sandbox.
-	agentDir = "/.podvm"
-	// agentPath is the agent binary, the sandbox's PID 1.
-	agentPath = agentDir + "/podvm-agent"
-)
 
 // agentMount is how the agent gets into a sandbox: bind-mounted
 // read-only from hostDir, a directory of the caller's cache, when the
@@ -49,95 +36,27 @@ type agentMount struct {
 
 // newAgentMount prepares the agent for arch, locally or not.
 func newAgentMount(arch string, local bool) (*agentMount, error) {
-	d, err := agent.Digest(arch)
-	if err != nil {
+	if _, err := agent.Digest(arch); err != nil {
 		return nil, fmt.Errorf("%w: the image's architecture %q has no podvm agent (set Config.PodmanExec to run commands as Podman exec sessions): %v",
 			ErrNotSupported, arch, err)
 	}
 	if local {
-		if dir, err := agentHostDir(arch, strings.TrimPrefix(d, "sha256:")[:16]); err == nil {
+		if dir, err := agent.HostDir(arch); err == nil {
 			return &agentMount{arch: arch, hostDir: dir}, nil
 		}
 		// No cache directory to write: copy it in, as for a remote service.
 	}
-	fs, err := agentTar(arch)
+	fs, err := agent.Tar(arch)
 	if err != nil {
 		return nil, err
 	}
 	return &agentMount{arch: arch, fs: fs}, nil
 }
 
-var agentFiles sync.Map // arch → the directory agentHostDir made
-
-// agentHostDir writes the agent for arch into a directory of the user's
-// cache named after its digest, once per process, atomically (written
-// aside, then renamed), and returns the directory.
-func agentHostDir(arch, digest string) (string, error) {
-	if dir, ok := agentFiles.Load(arch); ok {
-		return dir.(string), nil
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(cache, "podvm", "agent-"+digest+"-"+arch)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	bin, err := agent.Binary(arch)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "podvm-agent")
-	if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, bin) {
-		tmp, err := os.CreateTemp(dir, ".podvm-agent-*")
-		if err != nil {
-			return "", err
-		}
-		_, werr := tmp.Write(bin)
-		cerr := tmp.Close()
-		if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o755), os.Rename(tmp.Name(), path)); err != nil {
-			os.Remove(tmp.Name())
-			return "", err
-		}
-	}
-	agentFiles.Store(arch, dir)
-	return dir, nil
-}
-
-var agentTars sync.Map // arch → []byte
-
-// agentTar is the agent for arch as a tar stream to extract at "/":
-// agentDir and the binary in it, owned by root, mode 0755.
-func agentTar(arch string) ([]byte, error) {
-	if b, ok := agentTars.Load(arch); ok {
-		return b.([]byte), nil
-	}
-	bin, err := agent.Binary(arch)
-	if err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	epoch := time.Unix(0, 0)
-	for _, h := range []*tar.Header{
-		{Name: strings.TrimPrefix(agentDir, "/") + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: epoch},
-		{Name: strings.TrimPrefix(agentPath, "/"), Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, ModTime: epoch},
-	} {
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-	}
-	tw.Write(bin)
-	tw.Close()
-	agentTars.Store(arch, b.Bytes())
-	return b.Bytes(), nil
-}
-
 // startAgent attaches to created container id's stdio, starts it, and
 // reads the agent's handshake.
 func (s *sandbox) startAgent(ctx context.Context, id string) (*agent.Client, error) {
-	rw, err := s.d.attach(ctx, id)
+	rw, err := s.d.Attach(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +145,7 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 func (s *sandbox) channelClosed(ctx context.Context, name string, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultPingTimeout)
 	defer cancel()
-	list, lerr := s.d.list(cctx, labelToken+"="+s.token)
+	list, lerr := s.d.List(cctx, labelToken+"="+s.token)
 	switch {
 	case lerr != nil:
 	case len(list) == 0:

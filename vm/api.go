@@ -3,6 +3,8 @@ package vm
 import (
 	"context"
 	"fmt"
+
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // APIVM is a [VM] that speaks the Podman REST API over the service's
@@ -38,7 +40,7 @@ func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*API
 	if uri == "" {
 		return nil, fmt.Errorf("%w: empty service URI", ErrInvalidConfig)
 	}
-	if isLocal(uri) {
+	if podman.IsLocal(uri) {
 		if err := cfg.checkMountSources(); err != nil {
 			return nil, err
 		}
@@ -48,7 +50,7 @@ func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*API
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	v := new(APIVM)
-	if err := v.init(apiDriver{c}, cfg); err != nil {
+	if err := v.init(podman.NewAPI(c), cfg); err != nil {
 		return nil, err
 	}
 	return v, nil

@@ -72,94 +72,6 @@ func body(t *testing.T, svc *libpodtest.Service, route string) []byte {
 
 var sh3 = exec.Command{Name: "sh", Args: []string{"-c", "echo hi; echo oops >&2; exit 3"}}
 
-func TestAPIErrorMapping(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	id := strings.Repeat("a", 64)
-	// Each case gets its libpod error from a recorded answer.
-	for _, c := range []struct {
-		answer, route string
-		call          func(*libpod.Client) error
-		want          error
-	}{
-		{"container-start-no-such-container", "POST /containers/{id}/start",
-			func(c *libpod.Client) error { return c.ContainerStart(ctx, id) }, ErrNoSuchContainer},
-		{"exec-create-no-such-container", "POST /containers/{id}/exec",
-			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, ErrNoSuchContainer},
-		{"archive-put-no-such-container", "PUT /containers/{id}/archive",
-			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/tmp", strings.NewReader("")) }, ErrNoSuchContainer},
-		{"container-create-name-in-use", "POST /containers/create",
-			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, ErrNameInUse},
-		{"container-create-image-not-known", "POST /containers/create",
-			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, ErrImageNotFound},
-		{"image-pull-unreachable", "POST /images/pull",
-			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, ErrImageNotFound},
-		{"image-pull-short-name", "POST /images/pull",
-			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, ErrImageNotFound},
-		{"exec-create-not-running", "POST /containers/{id}/exec",
-			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, ErrContainerNotRunning},
-		{"exec-start-unknown-user", "POST /exec/{id}/start",
-			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, ErrPodman},
-		{"exec-inspect-no-such-session", "GET /exec/{id}/json",
-			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, ErrNoSuchContainer}, // sessions go with their container
-		{"archive-put-not-a-dir", "PUT /containers/{id}/archive",
-			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, ErrPodman},
-		{"exec-remove", "POST /exec/{id}/remove",
-			func(c *libpod.Client) error { return c.ExecRemove(ctx, libpodtest.ExecID(1), true) }, ErrPodman},
-		// Connection dropped mid-answer, mid-stream.
-		{"container-inspect", "GET /containers/{id}/json",
-			func(c *libpod.Client) error { _, err := c.ContainerInspect(ctx, id); return err }, ErrUnavailable},
-	} {
-		t.Run(c.answer, func(t *testing.T) {
-			t.Parallel()
-			h := libpodtest.Recorded(c.answer)
-			if c.want == ErrUnavailable {
-				h = libpodtest.Cut(c.answer, libpodtest.HeaderEnd(c.answer)+50)
-			}
-			svc := libpodtest.Serve(t, "4.3", libpodtest.Routes{c.route: h})
-			cl, err := libpod.Connect(ctx, svc.URI)
-			require.NoError(t, err)
-			native := c.call(cl)
-			err = apiError("op", "what", native)
-			assert.ErrorIs(t, err, c.want)
-			var le *libpod.Error
-			assert.ErrorAs(t, err, &le, "the libpod error is wrapped")
-			assert.Contains(t, err.Error(), native.Error())
-			assert.True(t, strings.HasPrefix(err.Error(), "vm: "), err.Error())
-		})
-	}
-}
-
-// The statuses and messages that the recordings lack (409 is what
-// Podman 5 answers for conflicts) map the same way.
-func TestAPIErrorMappingByMessage(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		err  error
-		want error
-	}{
-		{&libpod.Error{Op: "o", Status: 409, Cause: "that name is already in use"}, ErrNameInUse},
-		{&libpod.Error{Op: "o", Status: 409, Message: "container 12 is not running"}, ErrContainerNotRunning},
-		{&libpod.Error{Op: "o", Status: 409, Cause: "container state improper"}, ErrContainerNotRunning},
-		{&libpod.Error{Op: "o", Status: 500, Message: "can only create exec sessions on running containers: container state improper"}, ErrContainerNotRunning},
-		{&libpod.Error{Op: "o", Status: 404, Cause: "failed to find image x"}, ErrImageNotFound},
-		{&libpod.Error{Op: "o", Status: 404, Cause: "no such image"}, ErrImageNotFound},
-		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, ErrPodman},
-		{&libpod.Error{Op: "o", Err: io.ErrUnexpectedEOF}, ErrUnavailable},
-		{errors.New("not from libpod"), ErrPodman},
-	} {
-		assert.ErrorIs(t, apiError("op", "", c.err), c.want, c.err.Error())
-		assert.ErrorIs(t, apiError("op", "", c.err), c.err)
-	}
-	// A context's end is not Podman's failure.
-	for _, cerr := range []error{context.Canceled, context.DeadlineExceeded} {
-		err := apiError("op", "", &libpod.Error{Op: "o", Err: cerr})
-		assert.ErrorIs(t, err, cerr)
-		assert.NotErrorIs(t, err, ErrUnavailable)
-		assert.NotErrorIs(t, err, ErrPodman)
-	}
-}
-
 func TestAPIUnavailable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -217,21 +129,6 @@ func TestAPIExecFailures(t *testing.T) {
 			}
 		})
 	}
-	// Data that merely looks like the service's message keeps its status.
-	for _, c := range []struct {
-		code   int
-		stdout int64
-		stderr string
-	}{
-		{127, 1, "Error: x: OCI runtime attempted to invoke a command that was not found\n"},
-		{127, 0, "hello\nError: x: OCI runtime attempted to invoke a command that was not found\n"},
-		{3, 0, "Error: x: OCI runtime attempted to invoke a command that was not found\n"},
-		{126, 0, "Error: something else\n"},
-	} {
-		assert.NoError(t, startFailure("x", c.code, c.stdout, c.stderr, int64(len(c.stderr))), "%+v", c)
-	}
-	msg := "Error: x: OCI runtime attempted to invoke a command that was not found\n"
-	assert.NoError(t, startFailure("x", 127, 0, msg, int64(len(msg))+10), "stderr longer than what was kept")
 }
 
 func TestAPIRun(t *testing.T) {
@@ -548,31 +445,6 @@ func TestAPICreateSpec(t *testing.T) {
 		assert.NotContains(t, spec, k)
 	}
 	assert.Equal(t, map[string]any{"pids": map[string]any{"limit": float64(DefaultPids)}}, spec["resource_limits"])
-}
-
-func TestNetNS(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in   string
-		mode string
-		val  string
-		nets []string
-	}{
-		{"none", "none", "", nil},
-		{"host", "host", "", nil},
-		{"bridge", "bridge", "", nil},
-		{"slirp4netns", "slirp4netns", "", nil},
-		{"container:abc", "container", "abc", nil},
-		{"podman1", "bridge", "", []string{"podman1"}},
-	} {
-		ns, nets := netNS(c.in)
-		assert.Equal(t, libpod.Namespace{Mode: c.mode, Value: c.val}, ns, c.in)
-		var names []string
-		for n := range nets {
-			names = append(names, n)
-		}
-		assert.Equal(t, c.nets, names, c.in)
-	}
 }
 
 func TestAPICreatePullPolicy(t *testing.T) {

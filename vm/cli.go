@@ -2,11 +2,10 @@ package vm
 
 import (
 	"cmp"
-	"fmt"
 	"os"
-	"strings"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // CLIVM is a [VM] that drives the podman command through an
@@ -37,7 +36,8 @@ func NewCLIVM(cfg Config, x exec.Executor, opts ...Option) (*CLIVM, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d, err := newCLIDriver(x, newOptions(opts))
+	o := newOptions(opts)
+	d, err := podman.NewCLI(x, o.podman, o.url, cmp.Or(o.url, os.Getenv("CONTAINER_HOST")))
 	if err != nil {
 		return nil, err
 	}
@@ -47,33 +47,3 @@ func NewCLIVM(cfg Config, x exec.Executor, opts ...Option) (*CLIVM, error) {
 	}
 	return v, nil
 }
-
-// newCLIDriver is the CLI driver the options describe.
-func newCLIDriver(x exec.Executor, o options) (cliDriver, error) {
-	if x == nil {
-		x = podmanExecutor()
-	}
-	d := cliDriver{x: x, podman: o.podman, host: cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))}
-	if o.url != "" {
-		d.global = []string{"--url", o.url}
-	}
-	switch {
-	case d.podman == "" || strings.IndexByte(d.podman, 0) >= 0:
-		return d, fmt.Errorf("%w: podman path %q", ErrInvalidConfig, d.podman)
-	case o.url != "" && strings.HasPrefix(o.url, "-"):
-		return d, fmt.Errorf("%w: podman URL %q", ErrInvalidConfig, o.url)
-	}
-	return d, nil
-}
-
-// podmanExecutor is the executor CLIVM runs podman through by default.
-// Podman is not the untrusted command: it starts conmon, which must
-// outlive it, so a run is contained by its process group alone (conmon
-// leaves it), never killed as a cgroup or a subreaper's tree.
-func podmanExecutor(opts ...exec.Option) exec.Executor {
-	return exec.NewCommandExecutor(append(opts, exec.WithContainment(exec.ContainProcessGroup))...)
-}
-
-// isLocal reports whether a Podman service URI (or none) is on this
-// machine, where mount sources can be checked.
-func isLocal(uri string) bool { return uri == "" || strings.HasPrefix(uri, "unix://") }

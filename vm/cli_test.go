@@ -24,6 +24,8 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/exec/execmock"
+	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/podmantest"
 )
 
 const testID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -101,7 +103,7 @@ func created(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockEx
 
 // inspectArch is Create's first podman command: the image is present,
 // of this architecture.
-var inspectArch = exec.Command{Name: "podman", Args: []string{"image", "inspect", "--format", "{{.Architecture}}", "img"}, MaxOutputBytes: errCapture}
+var inspectArch = exec.Command{Name: "podman", Args: []string{"image", "inspect", "--format", "{{.Architecture}}", "img"}, MaxOutputBytes: podman.MessageBytes}
 
 // ownLabels are the argv of podvm's labels, sorted, as the tests expect
 // them for this process.
@@ -175,13 +177,13 @@ func TestCLICreateArgv(t *testing.T) {
 		opts []Option
 		want exec.Command
 	}{
-		{"defaults", Config{Image: "img"}, nil, exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: concat(
+		{"defaults", Config{Image: "img"}, nil, exec.Command{Name: "podman", MaxOutputBytes: podman.MessageBytes, Args: concat(
 			[]string{"run", "-d", "--pull", "never"}, ownLabels(t, nil),
 			[]string{"--network", "none"}, secure, []string{"--pids-limit", "1024", "--http-proxy=false"},
 			pid1, []string{"img"})}},
 		// Every Config field set; a remote URL, so /src is not checked.
 		{"every field", full, []Option{WithURL("tcp://podman.example:8080"), WithPodman("/opt/podman")},
-			exec.Command{Name: "/opt/podman", MaxOutputBytes: errCapture, Args: concat(
+			exec.Command{Name: "/opt/podman", MaxOutputBytes: podman.MessageBytes, Args: concat(
 				[]string{"--url", "tcp://podman.example:8080", "run", "-d", "--pull", "never", "--name", "box"},
 				ownLabels(t, map[string]string{"team": "x"}),
 				[]string{"--network", "bridge"}, secure, []string{"--pids-limit", "100", "--http-proxy=false",
@@ -263,7 +265,7 @@ func TestCLIRunPodmanFailures(t *testing.T) {
 		t.Run(c.sample, func(t *testing.T) {
 			t.Parallel()
 			v, x := created(t, Config{Image: "img"})
-			res := sampleResult(t, c.sample)
+			res := podmantest.Sample(t, c.sample)
 			x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(res, nil))
 			got, err := v.Run(context.Background(), exec.Command{Name: "podvm-cmd"})
 			if c.want == nil {
@@ -278,90 +280,6 @@ func TestCLIRunPodmanFailures(t *testing.T) {
 				assert.ErrorContains(t, err, "podvm-cmd", "the error names the command")
 			}
 		})
-	}
-}
-
-// sampleResult is the Result of a podman run that printed nothing on
-// stdout and the recorded sample on stderr.
-func sampleResult(t *testing.T, name string) *exec.Result {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "podman-stderr", name))
-	require.NoError(t, err)
-	f := strings.Split(name, ".")
-	code, err := strconv.Atoi(f[len(f)-2])
-	require.NoError(t, err, "sample names are CASE.EXITCODE.txt")
-	return &exec.Result{Stderr: string(b), StderrBytes: int64(len(b)), ExitCode: code}
-}
-
-// TestCLIErrorSamples maps every recorded podman failure in
-// testdata/podman-stderr: each file must have an expectation here and
-// each expectation a file.
-func TestCLIErrorSamples(t *testing.T) {
-	t.Parallel()
-	want := map[string]error{ // case name without -loc/-remote; nil: data
-		"command-error-line-127":   nil,
-		"command-exit-125":         nil,
-		"command-exit-126":         nil,
-		"command-exit-127":         nil,
-		"cp-in-no-such-container":  ErrNoSuchContainer,
-		"cp-out-no-such-container": ErrNoSuchContainer,
-		"cp-in-not-a-dir":          fs.ErrNotExist,
-		"cp-out-no-such-path":      fs.ErrNotExist,
-		"exec-is-directory":        exec.ErrPermission,
-		"exec-no-such-container":   ErrNoSuchContainer,
-		"exec-no-workdir":          exec.ErrDirNotFound,
-		"exec-not-executable":      exec.ErrPermission,
-		"exec-not-found":           exec.ErrNotFound,
-		"exec-not-running":         ErrContainerNotRunning,
-		"exec-unknown-user":        ErrPodman,
-		"rm-no-such-container":     ErrNoSuchContainer,
-		"run-image-not-known":      ErrImageNotFound,
-		"run-name-in-use":          ErrNameInUse,
-		"run-oci-error":            ErrPodman,
-		"run-pull-dns":             ErrImageNotFound,
-		"run-pull-unreachable":     ErrImageNotFound,
-		"run-short-name":           ErrImageNotFound,
-		"run-unknown-flag":         ErrPodman,
-		"unreachable-socket":       ErrUnavailable,
-		"unreachable-tcp":          ErrUnavailable,
-	}
-	files, err := filepath.Glob(filepath.Join("..", "testdata", "podman-stderr", "*.txt"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	seen := map[string]bool{}
-	for _, f := range files {
-		name := filepath.Base(f)
-		key := strings.SplitN(name, ".", 2)[0]
-		key = strings.TrimSuffix(strings.TrimSuffix(key, "-loc"), "-remote")
-		seen[key] = true
-		t.Run(name, func(t *testing.T) {
-			w, ok := want[key]
-			require.True(t, ok, "no expectation for sample %s: add it to the table", name)
-			res := sampleResult(t, name)
-			op, _, _ := strings.Cut(key, "-")
-			if op == "exec" || op == "command" {
-				require.Equal(t, w != nil, startFailure("x", res.ExitCode, res.StdoutBytes, res.Stderr, res.StderrBytes) != nil, "startFailure: is this podman failing, or the command's own exit?")
-				if w == nil {
-					return
-				}
-			}
-			err := cliError(op, "thing", res)
-			assert.ErrorIs(t, err, w)
-			for _, other := range []error{ErrNoSuchContainer, ErrContainerNotRunning, ErrImageNotFound, ErrNameInUse,
-				ErrUnavailable, ErrPodman, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
-				if other != w {
-					assert.NotErrorIs(t, err, other, "one sentinel per failure")
-				}
-			}
-			var cerr *CLIError
-			require.ErrorAs(t, err, &cerr)
-			assert.Equal(t, res.Stderr, cerr.Stderr)
-			assert.Equal(t, res.ExitCode, cerr.ExitCode)
-			assert.NotContains(t, err.Error(), "Error: ", "podman's prefix is dropped from the message")
-		})
-	}
-	for key := range want {
-		assert.True(t, seen[key], "expectation %q has no sample file", key)
 	}
 }
 
@@ -433,7 +351,7 @@ func TestCLIKillFailureIsReported(t *testing.T) {
 	gomock.InOrder(
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(timedOut),
 		// No /bin/sh in the image: no retry can help.
-		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(sampleResult(t, "exec-not-found-remote.127.txt"), nil)),
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(replay(podmantest.Sample(t, "exec-not-found-remote.127.txt"), nil)),
 	)
 	_, err := v.Run(context.Background(), exec.Command{Name: "x", Timeout: 10 * time.Millisecond})
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
@@ -456,7 +374,7 @@ func TestCLIKillIsRetried(t *testing.T) {
 
 func TestCLIRemove(t *testing.T) {
 	t.Parallel()
-	rm := exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"rm", "-f", "-t", "0", "--ignore", testID}}
+	rm := exec.Command{Name: "podman", MaxOutputBytes: podman.MessageBytes, Args: []string{"rm", "-f", "-t", "0", "--ignore", testID}}
 
 	t.Run("idempotent", func(t *testing.T) {
 		t.Parallel()
@@ -481,14 +399,14 @@ func TestCLIRemove(t *testing.T) {
 	t.Run("already gone", func(t *testing.T) {
 		t.Parallel()
 		v, x := created(t, Config{Image: "img"})
-		x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(sampleResult(t, "rm-no-such-container-remote.1.txt"), nil)
+		x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(podmantest.Sample(t, "rm-no-such-container-remote.1.txt"), nil)
 		assert.NoError(t, v.Remove(context.Background()))
 	})
 	t.Run("failed, then retried", func(t *testing.T) {
 		t.Parallel()
 		v, x := created(t, Config{Image: "img"})
 		gomock.InOrder(
-			x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(sampleResult(t, "unreachable-socket.125.txt"), nil),
+			x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(podmantest.Sample(t, "unreachable-socket.125.txt"), nil),
 			x.EXPECT().Run(gomock.Any(), cmdIs(rm)).Return(&exec.Result{}, nil),
 		)
 		assert.ErrorIs(t, v.Remove(context.Background()), ErrUnavailable)
@@ -516,9 +434,9 @@ func TestCLICreateFailureRemovesWhatItMade(t *testing.T) {
 		err    error
 		want   error
 	}{
-		{"name in use", sampleResult(t, "run-name-in-use-remote.125.txt"), nil, ErrNameInUse},
-		{"start failed", sampleResult(t, "run-oci-error-remote.126.txt"), nil, ErrPodman},
-		{"image", sampleResult(t, "run-image-not-known-remote.125.txt"), nil, ErrImageNotFound},
+		{"name in use", podmantest.Sample(t, "run-name-in-use-remote.125.txt"), nil, ErrNameInUse},
+		{"start failed", podmantest.Sample(t, "run-oci-error-remote.126.txt"), nil, ErrPodman},
+		{"image", podmantest.Sample(t, "run-image-not-known-remote.125.txt"), nil, ErrImageNotFound},
 		{"cancelled", &exec.Result{TimedOut: true, ExitCode: -1}, fmt.Errorf("exec: podman: %w", context.Canceled), context.Canceled},
 		{"garbage", &exec.Result{Stdout: "not an ID\n"}, nil, ErrPodman},
 	} {
@@ -544,7 +462,7 @@ func TestCLICreateFailureRemovesWhatItMade(t *testing.T) {
 						"found by our label, never by Name: the name may be another's")
 					return &exec.Result{Stdout: `[{"Id":"` + made + `"}]`}, nil
 				}),
-				x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"rm", "-f", "-t", "0", "--ignore", made}})).
+				x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: podman.MessageBytes, Args: []string{"rm", "-f", "-t", "0", "--ignore", made}})).
 					Return(&exec.Result{}, nil),
 			)
 			err := v.Create(ctx)
@@ -630,7 +548,7 @@ func TestCLICopyIn(t *testing.T) {
 		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 70000})
 	unsafe := tarOf(t, &tar.Header{Name: "ok", Typeflag: tar.TypeReg, Size: 1},
 		&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1})
-	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Stdin: anyReader, MaxOutputBytes: errCapture}
+	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Stdin: anyReader, MaxOutputBytes: podman.MessageBytes}
 
 	t.Run("streamed", func(t *testing.T) {
 		t.Parallel()
@@ -651,7 +569,7 @@ func TestCLICopyIn(t *testing.T) {
 			_, err := io.ReadAll(c.Stdin)
 			assert.Error(t, err)
 			// As os/exec does: the copy error loses to podman's exit.
-			return sampleResult(t, "cp-in-not-a-dir-remote.125.txt"), nil
+			return podmantest.Sample(t, "cp-in-not-a-dir-remote.125.txt"), nil
 		})
 		err := v.CopyIn(context.Background(), "/dst", bytes.NewReader(unsafe))
 		assert.ErrorIs(t, err, ErrUnsafeArchive)
@@ -660,7 +578,7 @@ func TestCLICopyIn(t *testing.T) {
 	t.Run("podman fails", func(t *testing.T) {
 		t.Parallel()
 		v, x := created(t, Config{Image: "img"})
-		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(sampleResult(t, "cp-in-no-such-container-remote.125.txt"), nil)
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(podmantest.Sample(t, "cp-in-no-such-container-remote.125.txt"), nil)
 		assert.ErrorIs(t, v.CopyIn(context.Background(), "/dst", bytes.NewReader(safe)), ErrNoSuchContainer)
 	})
 }
@@ -670,7 +588,7 @@ func TestCLICopyOut(t *testing.T) {
 	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
 		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 200000})
 	unsafe := tarOf(t, &tar.Header{Name: "box/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
-	want := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src/box", "-"}, Stdout: anyWriter, MaxOutputBytes: errCapture}
+	want := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src/box", "-"}, Stdout: anyWriter, MaxOutputBytes: podman.MessageBytes}
 	// podman writes the archive, padded to a tar record, to the Stdout writer.
 	writes := func(archive []byte, res *exec.Result) func(context.Context, exec.Command) (*exec.Result, error) {
 		return func(_ context.Context, c exec.Command) (*exec.Result, error) {
@@ -709,7 +627,7 @@ func TestCLICopyOut(t *testing.T) {
 	t.Run("podman fails", func(t *testing.T) {
 		t.Parallel()
 		v, x := created(t, Config{Image: "img"})
-		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(sampleResult(t, "cp-out-no-such-path-remote.125.txt"), nil)
+		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(podmantest.Sample(t, "cp-out-no-such-path-remote.125.txt"), nil)
 		err := v.CopyOut(context.Background(), "/src/box", io.Discard)
 		assert.ErrorIs(t, err, fs.ErrNotExist, "a missing path is fs.ErrNotExist")
 		assert.ErrorContains(t, err, "could not be found")
@@ -729,7 +647,7 @@ func TestCLIImageArchive(t *testing.T) {
 	arch := &exec.Result{Stdout: "amd64\n"}
 	v, x := newMock(t, Config{Image: "img", Pull: PullAlways, ImageArchive: archive})
 	gomock.InOrder(
-		x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: errCapture, Args: []string{"load", "-q", "-i", archive}})).
+		x.EXPECT().Run(gomock.Any(), cmdIs(exec.Command{Name: "podman", MaxOutputBytes: podman.MessageBytes, Args: []string{"load", "-q", "-i", archive}})).
 			Return(&exec.Result{Stdout: "Loaded image: localhost/img:latest\n"}, nil),
 		x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(arch, nil),
 		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
@@ -747,7 +665,7 @@ func TestCLIImageArchive(t *testing.T) {
 	require.NoError(t, present.Create(context.Background()), "a present image is not loaded again")
 
 	gone, x := newMock(t, Config{Image: "img", ImageArchive: filepath.Join(t.TempDir(), "none.tar")})
-	x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(sampleResult(t, "run-image-not-known-loc.125.txt"), nil)
+	x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(podmantest.Sample(t, "run-image-not-known-loc.125.txt"), nil)
 	assert.ErrorIs(t, gone.Create(context.Background()), ErrInvalidConfig, "a missing archive names itself")
 }
 
@@ -769,7 +687,7 @@ func TestCLIDriverLocal(t *testing.T) {
 	} {
 		d, err := newOptions(append(c.opts, WithPodman("/bin/true"))).cliDriver(c.fallback)
 		require.NoError(t, err, c.name)
-		local, _ := d.local()
+		local, _ := d.Local()
 		assert.Equal(t, c.local, local, c.name)
 	}
 }

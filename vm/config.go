@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // Labels every podvm sandbox carries, so that [Reap] and
@@ -207,6 +209,24 @@ func (c Config) checkMountSources() error {
 func (c Config) withDefaults() Config {
 	c.Network, c.Pids, c.Pull = cmp.Or(c.Network, DefaultNetwork), cmp.Or(c.Pids, DefaultPids), cmp.Or(c.Pull, PullMissing)
 	return c
+}
+
+// spec is the container Podman makes for c, with defaults, and podvm's
+// labels: PID 1 is Podman's init, or with a the agent.
+func (c Config) spec(a *agentMount) podman.Spec {
+	s := podman.Spec{Name: c.Name, Image: c.Image, Labels: c.labels(), Env: c.Env, Workdir: c.Workdir, User: c.User,
+		Network: c.Network, Memory: c.Memory, CPUs: c.CPUs, Pids: c.Pids, ReadOnlyRootfs: c.ReadOnlyRootfs,
+		Capabilities: DefaultCapabilities}
+	for _, m := range c.Mounts {
+		s.Mounts = append(s.Mounts, podman.Mount(m))
+	}
+	if a != nil {
+		s.Agent = agent.Path
+		if a.hostDir != "" {
+			s.Mounts = append(s.Mounts, podman.Mount{Source: a.hostDir, Target: agent.Dir, ReadOnly: true})
+		}
+	}
+	return s
 }
 
 // labels returns the user's labels plus podvm's own.

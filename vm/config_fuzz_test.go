@@ -3,6 +3,8 @@ package vm
 import (
 	"strings"
 	"testing"
+
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // FuzzConfig checks what Validate promises the backends: a config it
@@ -23,7 +25,7 @@ func FuzzConfig(f *testing.F) {
 		if strings.HasPrefix(image, "-") || strings.ContainsAny(image, " ;$`\n\x00") {
 			t.Fatalf("accepted image %q", image)
 		}
-		argv := runArgs(cfg.withDefaults(), cfg.labels(), nil)
+		argv := podman.CreateArgs(cfg.withDefaults().spec(nil))
 		if argv[len(argv)-1] != image {
 			t.Fatalf("the image is not the last argument: %q", argv)
 		}

@@ -34,7 +34,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 		return err
 	}
 	in := &errReader{r: targuard.New(r, "")}
-	err = s.d.copyIn(ctx, st.id, dir, in)
+	err = s.d.CopyIn(ctx, st.id, dir, in)
 	if in.Err() != nil {
 		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
 	}
@@ -71,7 +71,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 		pr.CloseWithError(err) // the driver's further output is dropped
 		copied <- err
 	}()
-	err = s.d.copyOut(ctx, st.id, p, pw)
+	err = s.d.CopyOut(ctx, st.id, p, pw)
 	pw.Close()
 	copyErr := <-copied
 	switch {

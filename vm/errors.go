@@ -1,13 +1,18 @@
 package vm
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/podvm/podvm/internal/libpod"
+	"github.com/podvm/podvm/internal/podman"
+)
 
 // Sentinel errors, checked with [errors.Is]. Backend errors wrap one of
 // them and, where there is one, the native error (an *exec.Result's
 // stderr for the CLI, the libpod error for the API).
 var (
 	// ErrInvalidConfig: the Config was refused before Podman was called.
-	ErrInvalidConfig = errors.New("vm: invalid config")
+	ErrInvalidConfig = podman.ErrInvalidConfig
 	// ErrNotCreated: the VM was used before Create succeeded.
 	ErrNotCreated = errors.New("vm: sandbox not created")
 	// ErrAlreadyCreated: Create was called on a VM that exists.
@@ -16,18 +21,30 @@ var (
 	ErrRemoved = errors.New("vm: sandbox removed")
 	// ErrNoSuchContainer: Podman does not know the sandbox's container
 	// (removed behind the VM's back, or never made).
-	ErrNoSuchContainer = errors.New("vm: no such container")
+	ErrNoSuchContainer = podman.ErrNoSuchContainer
 	// ErrContainerNotRunning: the container exists but has stopped.
-	ErrContainerNotRunning = errors.New("vm: container is not running")
+	ErrContainerNotRunning = podman.ErrContainerNotRunning
 	// ErrImageNotFound: the image is not present and the pull policy does
 	// not allow fetching it, or no registry has it.
-	ErrImageNotFound = errors.New("vm: image not found")
+	ErrImageNotFound = podman.ErrImageNotFound
 	// ErrNameInUse: another container already has the configured Name.
-	ErrNameInUse = errors.New("vm: container name already in use")
+	ErrNameInUse = podman.ErrNameInUse
 	// ErrUnavailable: the Podman service or binary cannot be reached.
-	ErrUnavailable = errors.New("vm: podman unavailable")
+	ErrUnavailable = podman.ErrUnavailable
 	// ErrPodman: Podman failed in a way no other sentinel describes.
-	ErrPodman = errors.New("vm: podman failed")
+	ErrPodman = podman.ErrPodman
 	// ErrNotSupported: the backend or server cannot do this at all.
 	ErrNotSupported = errors.New("vm: not supported")
 )
+
+// CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,
+// next to the sentinel it was mapped to, so that [errors.As] reaches what
+// podman said: its subcommand (Op: "run", "exec", "cp", "rm"), its exit
+// status (ExitCode) and its standard error as captured (Stderr).
+type CLIError = podman.CLIError
+
+// APIError is a request to the Podman service that failed: [APIVM]'s
+// errors wrap one, next to the sentinel it was mapped to, so that
+// [errors.As] reaches what the service answered (its HTTP status, libpod's
+// cause and message) or, when no answer came, the transport's error.
+type APIError = libpod.Error

@@ -9,6 +9,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/capture"
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // This file is how a Run on the Podman exec path that its timeout, its
@@ -23,10 +24,6 @@ import (
 // sandbox, retried while a fork bomb holds every slot of the pids limit,
 // must finish within it, or Run reports that it did not.
 const KillGrace = 5 * time.Second
-
-// errCapture caps what is kept of output that only matters as an error
-// message.
-const errCapture = 64 << 10
 
 // killScript kills every process whose environment holds the marker $1
 // with shell builtins alone, so it works when the pids limit leaves no
@@ -122,8 +119,8 @@ func pause(ctx context.Context, d time.Duration) bool {
 func newMarker() string { return markerKey + "=" + randomHex() }
 
 // killProcess is the exec session that kills the run marked with marker.
-func killProcess(user, marker string) process {
-	return process{
+func killProcess(user, marker string) podman.Process {
+	return podman.Process{
 		Argv: []string{"/bin/sh", "-c", killScript, "podvm-kill", marker},
 		Env:  []string{killCheck},
 		User: user,
@@ -131,10 +128,10 @@ func killProcess(user, marker string) process {
 }
 
 // killOnce runs the kill script once.
-func (s *sandbox) killOnce(ctx context.Context, id string, script process) error {
-	out, errs := capture.New(len(killDone)+1), capture.New(errCapture)
+func (s *sandbox) killOnce(ctx context.Context, id string, script podman.Process) error {
+	out, errs := capture.New(len(killDone)+1), capture.New(podman.MessageBytes)
 	script.Stdout, script.Stderr = out, errs
-	code, _, err := s.d.exec(ctx, id, script)
+	code, _, err := s.d.Exec(ctx, id, script)
 	switch {
 	case err != nil:
 		return err
@@ -143,7 +140,7 @@ func (s *sandbox) killOnce(ctx context.Context, id string, script process) error
 	case code == 0:
 		return fmt.Errorf("%w: the kill script ended without saying it was done", ErrPodman)
 	}
-	if err := startFailure("the kill script", code, 0, errs.String(), errs.Total()); err != nil {
+	if err := podman.StartFailure("the kill script", code, 0, errs.String(), errs.Total()); err != nil {
 		return err
 	}
 	if code == 2 && strings.Contains(errs.String(), "podvm-kill: cannot read process environments") {

@@ -13,16 +13,13 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // labelToken names one sandbox's container before its ID is known, so a
 // failed Create, or a Remove after it, finds what Podman made without
 // touching a container of the same Name that is not ours.
 const labelToken = "io.podvm.token"
-
-// errNotReached is wrapped, beside [ErrUnavailable], by a driver whose
-// call never reached Podman (no podman binary): nothing can have been made.
-var errNotReached = errors.New("podman was not reached")
 
 // cleanupTimeout bounds the removal after a failed Create, and how long a
 // cancelled Create waits for Podman to finish the create it cut short.
@@ -32,7 +29,7 @@ const cleanupTimeout = 30 * time.Second
 // the lifecycle (this file), Run (run.go), how a run is stopped
 // (kill.go) and the copies (copy.go).
 type sandbox struct {
-	d     driver
+	d     podman.Driver
 	cfg   Config // with defaults
 	token string // value of labelToken on our container
 
@@ -52,10 +49,10 @@ type state struct {
 // init makes s a sandbox for cfg, already validated, on d. When d's
 // Podman runs on this machine, a mount source that does not exist is
 // [ErrInvalidConfig], and d is closed.
-func (s *sandbox) init(d driver, cfg Config) error {
-	if local, _ := d.local(); local {
+func (s *sandbox) init(d podman.Driver, cfg Config) error {
+	if local, _ := d.Local(); local {
 		if err := cfg.checkMountSources(); err != nil {
-			d.close()
+			d.Close()
 			return err
 		}
 	}
@@ -122,7 +119,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 		s.made = true
 		s.st.Store(&state{id: id, agent: a})
 		return nil
-	case errors.Is(err, errNotReached):
+	case errors.Is(err, podman.ErrNotReached):
 		return err // nothing was made
 	}
 	// With a context of its own: ctx may be what ended the create.
@@ -154,7 +151,7 @@ func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string,
 	if err != nil && agent != nil && agent.hostDir != "" && strings.Contains(err.Error(), agent.hostDir) {
 		// The service cannot see the caller's disk after all: copy the
 		// agent in, now and from now on for this service.
-		_, service := s.d.local()
+		_, service := s.d.Local()
 		agentUnmountable.Store(service, true)
 		if rmErr := s.removeMade(ctx, id); rmErr != nil {
 			return id, nil, errors.Join(err, rmErr)
@@ -168,7 +165,7 @@ func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string,
 		return id, nil, err
 	}
 	if agent.hostDir == "" {
-		if err := s.d.copyIn(ctx, id, "/", bytes.NewReader(agent.fs)); err != nil {
+		if err := s.d.CopyIn(ctx, id, "/", bytes.NewReader(agent.fs)); err != nil {
 			return id, nil, fmt.Errorf("vm: create from %s: putting the agent in: %w", s.cfg.Image, err)
 		}
 	}
@@ -187,7 +184,7 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
-	local, service := s.d.local()
+	local, service := s.d.Local()
 	if _, no := agentUnmountable.Load(service); no {
 		local = false
 	}
@@ -199,7 +196,7 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 func (s *sandbox) ensureImage(ctx context.Context) (string, error) {
 	c := s.cfg
 	if c.Pull != PullAlways {
-		arch, err := s.d.image(ctx, c.Image)
+		arch, err := s.d.Image(ctx, c.Image)
 		switch {
 		case !errors.Is(err, ErrImageNotFound):
 			return arch, err
@@ -207,10 +204,10 @@ func (s *sandbox) ensureImage(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("%w: %s is not present and the pull policy is %q", ErrImageNotFound, c.Image, PullNever)
 		}
 	}
-	if err := s.d.fetch(ctx, c); err != nil {
+	if err := s.d.Fetch(ctx, c.Image, c.ImageArchive); err != nil {
 		return "", err
 	}
-	arch, err := s.d.image(ctx, c.Image)
+	arch, err := s.d.Image(ctx, c.Image)
 	if errors.Is(err, ErrImageNotFound) && c.ImageArchive != "" {
 		return "", fmt.Errorf("%w: %s is not in the image archive %s", ErrImageNotFound, c.Image, c.ImageArchive)
 	}
@@ -228,8 +225,8 @@ var agentUnmountable sync.Map
 // gets cleanupTimeout more, then is cancelled. It returns the ID of what
 // it made, if anything, and ctx's error when ctx ended.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
-	labels := s.cfg.labels()
-	labels[labelToken] = s.token
+	spec := s.cfg.spec(agent)
+	spec.Labels[labelToken] = s.token
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	type made struct {
@@ -240,7 +237,7 @@ func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (strin
 	go func() {
 		m := made{err: errors.New("vm: the create did not return")}
 		defer func() { done <- m }() // even when the driver's goroutine exits early
-		m.id, m.err = s.d.create(cctx, s.cfg, labels, agent)
+		m.id, m.err = s.d.Create(cctx, spec)
 	}()
 	var m made
 	select {
@@ -269,7 +266,7 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	st := s.state()
 	st.removed = true
 	s.st.Store(&st)
-	defer s.d.close() // nothing else will use what it keeps
+	defer s.d.Close() // nothing else will use what it keeps
 	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.
@@ -287,14 +284,14 @@ func (s *sandbox) Remove(ctx context.Context) error {
 // our label, which also finds one that a failed create left behind.
 func (s *sandbox) removeMade(ctx context.Context, id string) error {
 	if id != "" {
-		return s.d.remove(ctx, id)
+		return s.d.Remove(ctx, id)
 	}
-	made, err := s.d.list(ctx, labelToken+"="+s.token)
+	made, err := s.d.List(ctx, labelToken+"="+s.token)
 	if err != nil {
 		return err
 	}
 	for _, c := range made {
-		if err := s.d.remove(ctx, c.ID); err != nil {
+		if err := s.d.Remove(ctx, c.ID); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // New returns a VM for cfg, not yet created, on the first Podman it finds:
@@ -32,7 +33,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 		return nil, err
 	}
 	o := newOptions(opts)
-	if isLocal(cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))) {
+	if podman.IsLocal(cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))) {
 		// Every candidate is on this machine: a missing mount source is
 		// a bad config, refused before any probe.
 		if err := cfg.checkMountSources(); err != nil {
@@ -45,9 +46,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 	}
 	var v interface {
 		VM
-		init(driver, Config) error
+		init(podman.Driver, Config) error
 	} = new(CLIVM)
-	if _, ok := d.(apiDriver); ok {
+	if _, ok := d.(podman.API); ok {
 		v = new(APIVM)
 	}
 	if err := v.init(d, cfg); err != nil {
@@ -59,12 +60,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 // driver finds Podman as [New] describes, and logs its choice. When
 // nothing is usable the error matches [ErrUnavailable] and lists what was
 // tried, or [ErrInvalidConfig] for an option that cannot work.
-func (o options) driver(ctx context.Context) (driver, error) {
+func (o options) driver(ctx context.Context) (podman.Driver, error) {
 	c, tried, err := o.connect(ctx)
 	switch {
 	case c != nil:
 		o.log.Info("podvm: using the API backend", "uri", c.URI(), "server", c.Version().String())
-		return apiDriver{c}, nil
+		return podman.NewAPI(c), nil
 	case err != nil:
 		return nil, err
 	}
@@ -150,25 +151,21 @@ func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 // binary on PATH unless [WithExecutor] gave an executor. fallback: a
 // socket was tried and did not answer, so the environment must not send
 // podman to it.
-func (o options) cliDriver(fallback bool) (cliDriver, error) {
-	x := o.x
-	if x == nil {
-		if _, err := osexec.LookPath(o.podman); err != nil {
-			return cliDriver{}, fmt.Errorf("no podman binary: %v", err)
-		}
-		env := os.Environ()
-		local := fallback && o.url == ""
-		if local {
-			env = slices.DeleteFunc(env, func(kv string) bool {
-				k, _, _ := strings.Cut(kv, "=")
-				return k == "CONTAINER_HOST" || k == "CONTAINER_CONNECTION"
-			})
-		}
-		d, err := newCLIDriver(podmanExecutor(exec.WithBaseEnv(env)), o)
-		if local {
-			d.host = "" // podman no longer sees CONTAINER_HOST
-		}
-		return d, err
+func (o options) cliDriver(fallback bool) (podman.CLI, error) {
+	host := cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))
+	if o.x != nil {
+		return podman.NewCLI(o.x, o.podman, o.url, host)
 	}
-	return newCLIDriver(x, o)
+	if _, err := osexec.LookPath(o.podman); err != nil {
+		return podman.CLI{}, fmt.Errorf("no podman binary: %v", err)
+	}
+	env := os.Environ()
+	if fallback && o.url == "" {
+		env = slices.DeleteFunc(env, func(kv string) bool {
+			k, _, _ := strings.Cut(kv, "=")
+			return k == "CONTAINER_HOST" || k == "CONTAINER_CONNECTION"
+		})
+		host = "" // podman no longer sees CONTAINER_HOST
+	}
+	return podman.NewCLI(podman.Executor(exec.WithBaseEnv(env)), o.podman, o.url, host)
 }

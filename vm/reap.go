@@ -25,8 +25,8 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 	if err != nil {
 		return nil, err
 	}
-	defer d.close()
-	boxes, err := d.list(ctx, LabelManaged+"=true")
+	defer d.Close()
+	boxes, err := d.List(ctx, LabelManaged+"=true")
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 		if why == "" || !hasLabels(b.Labels, o.labels) {
 			continue
 		}
-		if err := d.remove(ctx, b.ID); err != nil {
+		if err := d.Remove(ctx, b.ID); err != nil {
 			errs = append(errs, err)
 			continue
 		}

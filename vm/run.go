@@ -14,6 +14,7 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/deadline"
+	"github.com/podvm/podvm/internal/podman"
 )
 
 // sniffBytes is how much of stderr is kept, besides the capture, to
@@ -82,7 +83,7 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
 	sniff := capture.New(sniffBytes)
 	marker := newMarker()
-	p := process{
+	p := podman.Process{
 		Argv:    append([]string{cmd.Name}, cmd.Args...),
 		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
 		Workdir: cmp.Or(cmd.Dir, s.cfg.Workdir),
@@ -95,7 +96,7 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		stdin = &errReader{r: cmd.Stdin}
 		p.Stdin = stdin
 	}
-	code, started, err := s.d.exec(runCtx, st.id, p)
+	code, started, err := s.d.Exec(runCtx, st.id, p)
 	if err != nil {
 		stop := deadline.Err("vm", ctx, runCtx, cmd.Name, cmd.Timeout)
 		if stop == nil && !started {
@@ -110,7 +111,7 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		}
 		return res, errors.Join(stop, killErr)
 	}
-	if err := startFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
+	if err := podman.StartFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
 		return nil, err
 	}
 	res := result(stdout, stderr, code, start)

@@ -8,7 +8,13 @@ import (
 	"fmt"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/podvm/podvm/exec"
 )
 
 // Env is the Podman service and image the integration tests use.
@@ -68,4 +74,28 @@ func skipOrFail(t testing.TB, msg string) {
 		t.Fatal(msg + "; failing because CI=true or PODVM_REQUIRE_PODMAN=1")
 	}
 	t.Skip(msg)
+}
+
+// Samples is the directory of podman's recorded failures,
+// CASE.EXITCODE.txt each holding what podman printed on stderr.
+var Samples = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "podman-stderr")
+}()
+
+// Sample is the Result of a podman command that printed nothing on stdout
+// and the recorded sample name (in [Samples]) on stderr, and exited with
+// the status the name gives.
+func Sample(t testing.TB, name string) *exec.Result {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(Samples, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Split(name, ".")
+	code, err := strconv.Atoi(f[len(f)-2])
+	if err != nil {
+		t.Fatalf("sample %s: names are CASE.EXITCODE.txt", name)
+	}
+	return &exec.Result{Stderr: string(b), StderrBytes: int64(len(b)), ExitCode: code}
 }

@@ -1,7 +1,8 @@
-package vm
+package podman
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -9,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/podvm/podvm/exec"
-	"github.com/podvm/podvm/internal/libpod"
 )
 
 // This file is where Podman's failures are recognised, for both transports
@@ -17,6 +17,26 @@ import (
 // samples in testdata/podman-stderr and testdata/libpod, which the tests
 // replay) and one rule that tells its failure to start a command from the
 // command's own exit status.
+
+// The errors a driver's calls match, with errors.Is. Package vm exports
+// them under the same names, documented there.
+var (
+	ErrInvalidConfig       = errors.New("vm: invalid config")
+	ErrNoSuchContainer     = errors.New("vm: no such container")
+	ErrContainerNotRunning = errors.New("vm: container is not running")
+	ErrImageNotFound       = errors.New("vm: image not found")
+	ErrNameInUse           = errors.New("vm: container name already in use")
+	ErrUnavailable         = errors.New("vm: podman unavailable")
+	ErrPodman              = errors.New("vm: podman failed")
+)
+
+// ErrNotReached is wrapped, beside [ErrUnavailable], by a call that never
+// reached Podman (no podman binary): nothing can have been made.
+var ErrNotReached = errors.New("podman was not reached")
+
+// MessageBytes caps what is kept of output that only matters as an error
+// message.
+const MessageBytes = 64 << 10
 
 // podmanMessages are Podman's failure messages, most specific first, each
 // with the error it means.
@@ -55,7 +75,7 @@ func recognise(msg string) error {
 	return nil
 }
 
-// startFailure returns an error when an exec session's outcome is Podman
+// StartFailure returns an error when an exec session's outcome is Podman
 // failing to start the command rather than the command's own exit. Both
 // transports carry Podman's message on the command's stderr, so it
 // decides by content: a status Podman uses for its own failures (125;
@@ -64,7 +84,7 @@ func recognise(msg string) error {
 // long) made only of Podman's own lines, which podmanMessages recognises.
 // Anything else is the command's exit and stays data, a command's own
 // "Error: the build failed" and 125 included.
-func startFailure(name string, code int, stdoutTotal int64, stderrHead string, stderrTotal int64) error {
+func StartFailure(name string, code int, stdoutTotal int64, stderrHead string, stderrTotal int64) error {
 	if !slices.Contains([]int{125, 126, 127, 255}, code) || stdoutTotal != 0 || stderrTotal == 0 || int64(len(stderrHead)) != stderrTotal {
 		return nil
 	}
@@ -87,9 +107,9 @@ func startFailure(name string, code int, stdoutTotal int64, stderrHead string, s
 // CLI's notice that it cannot connect, a podman-remote log line.
 var podmanLine = regexp.MustCompile(`^(Error: |Cannot connect to Podman|time="[^"]*" level=(error|warning) msg=)`)
 
-// CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,
-// next to the sentinel it was mapped to, so that [errors.As] reaches what
-// podman said.
+// CLIError is a podman invocation that failed: the [CLI] driver's errors
+// wrap one, next to the sentinel it was mapped to, so that [errors.As]
+// reaches what podman said.
 type CLIError struct {
 	// Op is podman's subcommand: "run", "exec", "cp", "rm".
 	Op string
@@ -112,12 +132,6 @@ func (e *CLIError) Error() string {
 	}
 	return fmt.Sprintf("podman %s exited %d: %s", e.Op, e.ExitCode, strings.Join(msgs, "; "))
 }
-
-// APIError is a request to the Podman service that failed: [APIVM]'s
-// errors wrap one, next to the sentinel it was mapped to, so that
-// [errors.As] reaches what the service answered (its HTTP status, libpod's
-// cause and message) or, when no answer came, the transport's error.
-type APIError = libpod.Error
 
 // classify wraps native, Podman's failure of op on what (which may be
 // empty), with the sentinel msg is recognised as, ErrPodman when none.

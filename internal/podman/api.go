@@ -1,4 +1,4 @@
-package vm
+package podman
 
 import (
 	"context"
@@ -9,17 +9,26 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
 )
 
-// apiDriver reaches Podman through its REST API (internal/libpod).
-type apiDriver struct{ c *libpod.Client }
+// API is the [Driver] that reaches Podman through its REST API
+// (internal/libpod).
+type API struct{ c *libpod.Client }
 
-var _ driver = apiDriver{}
+var _ Driver = API{}
 
-// apiError maps an error of internal/libpod to the vm error it means,
+// NewAPI returns the driver that talks to the service c is connected to.
+func NewAPI(c *libpod.Client) API { return API{c} }
+
+// execRemoveTimeout bounds the removal of an exec session whose run
+// stopped; the kill that follows reports what survives.
+const execRemoveTimeout = 5 * time.Second
+
+// apiError maps an error of internal/libpod to the error it means,
 // wrapping both: [ErrUnavailable] when no answer came (mid-stream
 // included), else what podmanMessages recognises in libpod's cause and
 // message, else [ErrPodman]. A context's error gets no sentinel.
@@ -42,7 +51,7 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-func (a apiDriver) image(ctx context.Context, ref string) (string, error) {
+func (a API) Image(ctx context.Context, ref string) (string, error) {
 	img, err := a.c.ImageInspect(ctx, ref)
 	if err != nil {
 		return "", apiError("image inspect", ref, err)
@@ -50,27 +59,27 @@ func (a apiDriver) image(ctx context.Context, ref string) (string, error) {
 	return img.Architecture, nil
 }
 
-func (a apiDriver) local() (bool, string) { return isLocal(a.c.URI()), a.c.URI() }
+func (a API) Local() (bool, string) { return IsLocal(a.c.URI()), a.c.URI() }
 
-func (a apiDriver) fetch(ctx context.Context, cfg Config) error {
-	if cfg.ImageArchive == "" {
-		if err := a.c.ImagePull(ctx, cfg.Image); err != nil {
-			return apiError("pull", cfg.Image, err)
+func (a API) Fetch(ctx context.Context, image, archive string) error {
+	if archive == "" {
+		if err := a.c.ImagePull(ctx, image); err != nil {
+			return apiError("pull", image, err)
 		}
 		return nil
 	}
-	f, err := os.Open(cfg.ImageArchive)
+	f, err := os.Open(archive)
 	if err != nil {
 		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
 	}
 	defer f.Close()
 	if _, err := a.c.ImageLoad(ctx, f); err != nil {
-		return apiError("load", cfg.ImageArchive, err)
+		return apiError("load", archive, err)
 	}
 	return nil
 }
 
-func (a apiDriver) create(ctx context.Context, c Config, labels map[string]string, agent *agentMount) (string, error) {
+func (a API) Create(ctx context.Context, c Spec) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {
 		k, val, _ := strings.Cut(e, "=")
@@ -80,16 +89,16 @@ func (a apiDriver) create(ctx context.Context, c Config, labels map[string]strin
 	s := &libpod.Spec{
 		Name:               c.Name,
 		Image:              c.Image,
-		Labels:             labels,
+		Labels:             c.Labels,
 		Init:               true,
-		Entrypoint:         initEntrypoint,
+		Entrypoint:         InitEntrypoint,
 		Env:                env,
 		WorkDir:            c.Workdir,
 		User:               c.User,
 		HTTPProxy:          &noProxy,
 		NoNewPrivileges:    true,
 		CapDrop:            []string{"ALL"},
-		CapAdd:             DefaultCapabilities,
+		CapAdd:             c.Capabilities,
 		ReadOnlyFilesystem: c.ReadOnlyRootfs,
 		ResourceLimits:     &libpod.Resources{Pids: &libpod.PidsLimits{Limit: c.Pids}},
 	}
@@ -115,15 +124,12 @@ func (a apiDriver) create(ctx context.Context, c Config, labels map[string]strin
 		}
 		s.Mounts = append(s.Mounts, libpod.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", opt}})
 	}
-	if agent != nil {
-		s.Init, s.Entrypoint, s.Stdin = false, []string{agentPath}, true
+	if c.Agent != "" {
+		s.Init, s.Entrypoint, s.Stdin = false, []string{c.Agent}, true
 		s.LogConfiguration = &libpod.LogConfig{Driver: "none"}
-		if agent.hostDir != "" {
-			s.Mounts = append(s.Mounts, libpod.Mount{Destination: agentDir, Type: "bind", Source: agent.hostDir, Options: []string{"rbind", "ro"}})
-		}
 	}
 	id, err := a.c.ContainerCreate(ctx, s)
-	if err == nil && agent == nil {
+	if err == nil && c.Agent == "" {
 		err = a.c.ContainerStart(ctx, id)
 	}
 	if err != nil {
@@ -132,7 +138,7 @@ func (a apiDriver) create(ctx context.Context, c Config, labels map[string]strin
 	return id, nil
 }
 
-// netNS maps Config.Network to a network namespace, as `podman run
+// netNS maps Spec.Network to a network namespace, as `podman run
 // --network` reads it: a mode, "container:NAME", or the name of a network
 // joined in bridge mode.
 func netNS(network string) (libpod.Namespace, map[string]struct{}) {
@@ -146,10 +152,10 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 	return libpod.Namespace{Mode: "bridge"}, map[string]struct{}{network: {}}
 }
 
-// exec runs p in an exec session streamed on a connection of its own
+// Exec runs p in an exec session streamed on a connection of its own
 // (see [libpod.Client.Exec]). When ctx ends, the stream is closed and, on
 // services that can (Podman 4.8 and later), the session force-removed.
-func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, error) {
+func (a API) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
 	code, execID, err := a.c.Exec(ctx, id, libpod.ExecConfig{
 		Cmd:          p.Argv,
 		Env:          p.Env,
@@ -161,8 +167,8 @@ func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, e
 	}, p.Stdin, p.Stdout, p.Stderr, exec.DefaultKillGrace) // the host executor's grace for its pipes
 	if err != nil {
 		if ctx.Err() != nil && execID != "" && a.c.CanRemoveExec() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillGrace)
-			a.c.ExecRemove(rctx, execID, true) // the kill that follows reports what survives
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execRemoveTimeout)
+			a.c.ExecRemove(rctx, execID, true)
 			cancel()
 		}
 		return -1, execID != "", apiError("exec", p.Argv[0], err)
@@ -170,9 +176,9 @@ func (a apiDriver) exec(ctx context.Context, id string, p process) (int, bool, e
 	return code, true, nil
 }
 
-// copyIn checks that dir is a directory (PUT would answer a missing one
+// CopyIn checks that dir is a directory (PUT would answer a missing one
 // with a bare 404, like a missing container), then PUTs the archive.
-func (a apiDriver) copyIn(ctx context.Context, id, dir string, r io.Reader) error {
+func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	st, err := a.c.ArchiveStat(ctx, id, dir)
 	switch {
 	case isNotFound(err):
@@ -193,7 +199,7 @@ func (a apiDriver) copyIn(ctx context.Context, id, dir string, r io.Reader) erro
 	return nil
 }
 
-func (a apiDriver) copyOut(ctx context.Context, id, path string, w io.Writer) error {
+func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	rc, err := a.c.ArchiveGet(ctx, id, path)
 	var le *libpod.Error
 	switch {
@@ -212,14 +218,14 @@ func (a apiDriver) copyOut(ctx context.Context, id, path string, w io.Writer) er
 	return nil
 }
 
-func (a apiDriver) remove(ctx context.Context, id string) error {
+func (a API) Remove(ctx context.Context, id string) error {
 	if err := a.c.ContainerRemove(ctx, id); err != nil && !isNotFound(err) {
 		return apiError("remove", id, err)
 	}
 	return nil
 }
 
-func (a apiDriver) list(ctx context.Context, label string) ([]container, error) {
+func (a API) List(ctx context.Context, label string) ([]Container, error) {
 	list, err := a.c.ContainerList(ctx, label)
 	if err != nil {
 		return nil, apiError("container list", "", err)
@@ -227,9 +233,9 @@ func (a apiDriver) list(ctx context.Context, label string) ([]container, error) 
 	return list, nil
 }
 
-func (a apiDriver) close() { a.c.CloseIdleConnections() }
+func (a API) Close() { a.c.CloseIdleConnections() }
 
-func (a apiDriver) attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	s, err := a.c.ContainerAttach(ctx, id)
 	if err != nil {
 		return nil, apiError("attach", id, err)
@@ -249,7 +255,7 @@ func (a apiDriver) attach(ctx context.Context, id string) (io.ReadWriteCloser, e
 	}}, nil
 }
 
-// attached is a container's stdio stream: the container's stdout to
+// Attached is a container's stdio stream: the container's stdout to
 // read, its stdin to write.
 type attached struct {
 	io.Reader

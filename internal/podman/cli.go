@@ -1,4 +1,4 @@
-package vm
+package podman
 
 import (
 	"cmp"
@@ -17,16 +17,46 @@ import (
 	"github.com/podvm/podvm/exec"
 )
 
-// cliDriver reaches Podman by running the podman command through an
-// [exec.Executor].
-type cliDriver struct {
+// CLI is the [Driver] that reaches Podman by running the podman command
+// through an [exec.Executor].
+type CLI struct {
 	x      exec.Executor
 	podman string   // the binary
 	global []string // global flags before the subcommand
 	host   string   // the service podman talks to: --url, or CONTAINER_HOST as podman sees it
 }
 
-var _ driver = cliDriver{}
+var _ Driver = CLI{}
+
+// NewCLI returns the driver that runs podman, the binary bin, through x
+// (nil means [Executor]()), with --url url when url is set. host is the
+// service podman will talk to (url, else CONTAINER_HOST as podman will
+// see it; "" for the local one), for [CLI.Local]. A bin or url that
+// cannot be passed to podman is [ErrInvalidConfig].
+func NewCLI(x exec.Executor, bin, url, host string) (CLI, error) {
+	if x == nil {
+		x = Executor()
+	}
+	d := CLI{x: x, podman: bin, host: host}
+	if url != "" {
+		d.global = []string{"--url", url}
+	}
+	switch {
+	case bin == "" || strings.IndexByte(bin, 0) >= 0:
+		return d, fmt.Errorf("%w: podman path %q", ErrInvalidConfig, bin)
+	case strings.HasPrefix(url, "-"):
+		return d, fmt.Errorf("%w: podman URL %q", ErrInvalidConfig, url)
+	}
+	return d, nil
+}
+
+// Executor is the executor podman runs through by default. Podman is not
+// the untrusted command: it starts conmon, which must outlive it, so a
+// run is contained by its process group alone (conmon leaves it), never
+// killed as a cgroup or a subreaper's tree.
+func Executor(opts ...exec.Option) exec.Executor {
+	return exec.NewCommandExecutor(append(opts, exec.WithContainment(exec.ContainProcessGroup))...)
+}
 
 // cliError wraps a failed podman invocation as a [*CLIError], with the
 // sentinel its stderr means.
@@ -36,13 +66,13 @@ func cliError(op, what string, res *exec.Result) error {
 
 // invoke runs podman with the global flags and c.Args through the
 // executor. Podman that cannot be started is [ErrUnavailable].
-func (d cliDriver) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
+func (d CLI) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
 	c.Name = d.podman
 	c.Args = append(slices.Clip(d.global), c.Args...)
 	res, err := d.x.Run(ctx, c)
 	if res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)) {
 		// %v: the sandbox's exec.ErrNotFound must not match.
-		return nil, fmt.Errorf("%w: %w: %v", ErrUnavailable, errNotReached, err)
+		return nil, fmt.Errorf("%w: %w: %v", ErrUnavailable, ErrNotReached, err)
 	}
 	return res, err
 }
@@ -50,11 +80,11 @@ func (d cliDriver) invoke(ctx context.Context, c exec.Command) (*exec.Result, er
 // run is invoke for a command whose output only matters as an error,
 // and maps a non-zero exit of podman to cliError. A Result with TimedOut
 // comes back with the executor's error.
-func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*exec.Result, error) {
-	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, errCapture)
+func (d CLI) run(ctx context.Context, op, what string, c exec.Command) (*exec.Result, error) {
+	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, MessageBytes)
 	res, err := d.invoke(ctx, c)
 	switch {
-	case errors.Is(err, errNotReached):
+	case errors.Is(err, ErrNotReached):
 		return nil, err
 	case err != nil:
 		return res, wrap(nil, "podman "+op, what, err)
@@ -64,7 +94,7 @@ func (d cliDriver) run(ctx context.Context, op, what string, c exec.Command) (*e
 	return res, nil
 }
 
-func (d cliDriver) image(ctx context.Context, ref string) (string, error) {
+func (d CLI) Image(ctx context.Context, ref string) (string, error) {
 	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", ref}})
 	if err != nil {
 		return "", err
@@ -72,24 +102,24 @@ func (d cliDriver) image(ctx context.Context, ref string) (string, error) {
 	return strings.TrimSpace(res.Stdout), nil
 }
 
-func (d cliDriver) fetch(ctx context.Context, cfg Config) error {
-	op, what, args := "pull", cfg.Image, []string{"pull", "-q", cfg.Image}
-	if cfg.ImageArchive != "" {
-		if _, err := os.Stat(cfg.ImageArchive); err != nil {
+func (d CLI) Fetch(ctx context.Context, image, archive string) error {
+	op, what, args := "pull", image, []string{"pull", "-q", image}
+	if archive != "" {
+		if _, err := os.Stat(archive); err != nil {
 			return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
 		}
-		op, what, args = "load", cfg.ImageArchive, []string{"load", "-q", "-i", cfg.ImageArchive}
+		op, what, args = "load", archive, []string{"load", "-q", "-i", archive}
 	}
 	_, err := d.run(ctx, op, what, exec.Command{Args: args})
 	return err
 }
 
-func (d cliDriver) local() (bool, string) {
-	return isLocal(d.host), d.podman + " " + d.host
+func (d CLI) Local() (bool, string) {
+	return IsLocal(d.host), d.podman + " " + d.host
 }
 
-func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]string, agent *agentMount) (string, error) {
-	res, err := d.run(ctx, "run", cfg.Image, exec.Command{Args: runArgs(cfg, labels, agent)})
+func (d CLI) Create(ctx context.Context, spec Spec) (string, error) {
+	res, err := d.run(ctx, "run", spec.Image, exec.Command{Args: CreateArgs(spec)})
 	if err != nil {
 		return "", err
 	}
@@ -100,26 +130,23 @@ func (d cliDriver) create(ctx context.Context, cfg Config, labels map[string]str
 	return id, nil
 }
 
-// runArgs is the argv of `podman run -d` for cfg or, with the agent as
+// CreateArgs is the argv of `podman run -d` for spec or, with an agent as
 // PID 1, of `podman create`.
-func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
+func CreateArgs(c Spec) []string {
 	a := []string{"run", "-d"}
-	if agent != nil {
+	if c.Agent != "" {
 		a = []string{"create", "-i", "--log-driver", "none"}
-		if agent.hostDir != "" {
-			a = append(a, "-v", agent.hostDir+":"+agentDir+":ro")
-		}
 	}
-	a = append(a, "--pull", string(PullNever)) // the sandbox's ensureImage made it present
+	a = append(a, "--pull", "never") // the caller made the image present
 	a = appendFlag(a, "--name", c.Name)
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		a = append(a, "--label", k+"="+labels[k])
+	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+		a = append(a, "--label", k+"="+c.Labels[k])
 	}
 	a = append(a,
 		"--network", c.Network,
 		"--security-opt", "no-new-privileges",
 		"--cap-drop", "all",
-		"--cap-add", strings.Join(DefaultCapabilities, ","),
+		"--cap-add", strings.Join(c.Capabilities, ","),
 		"--pids-limit", strconv.FormatInt(c.Pids, 10),
 		// Podman passes the host's proxy variables by default.
 		"--http-proxy=false",
@@ -145,23 +172,23 @@ func runArgs(c Config, labels map[string]string, agent *agentMount) []string {
 	for _, e := range c.Env {
 		a = append(a, "--env", e)
 	}
-	if agent != nil {
-		return append(a, "--entrypoint", `["`+agentPath+`"]`, c.Image)
+	if c.Agent != "" {
+		return append(a, "--entrypoint", `["`+c.Agent+`"]`, c.Image)
 	}
-	init, _ := json.Marshal(initEntrypoint)
+	init, _ := json.Marshal(InitEntrypoint)
 	return append(a, "--init", "--entrypoint", string(init), c.Image)
 }
 
-// exec runs p with `podman exec`, its stdio streamed through the
-// executor. podman's exit status is returned as it is: the sandbox tells
-// the command's from podman's own failures by content.
-func (d cliDriver) exec(ctx context.Context, id string, p process) (int, bool, error) {
+// Exec runs p with `podman exec`, its stdio streamed through the
+// executor. podman's exit status is returned as it is: the caller tells
+// the command's from podman's own failures by content ([StartFailure]).
+func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
 	res, err := d.invoke(ctx, exec.Command{
 		Args:           execArgs(id, p),
 		Stdin:          p.Stdin,
 		Stdout:         p.Stdout,
 		Stderr:         p.Stderr,
-		MaxOutputBytes: 1, // the sandbox captures through the writers
+		MaxOutputBytes: 1, // the caller captures through the writers
 	})
 	switch {
 	case res == nil:
@@ -169,12 +196,12 @@ func (d cliDriver) exec(ctx context.Context, id string, p process) (int, bool, e
 	case res.TimedOut:
 		return -1, true, err
 	}
-	// Another error is Stdin's or a writer's, which the sandbox reports.
+	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
 }
 
 // execArgs is the argv of `podman exec` for p in container id.
-func execArgs(id string, p process) []string {
+func execArgs(id string, p Process) []string {
 	a := []string{"exec"}
 	if p.Stdin != nil {
 		a = append(a, "-i")
@@ -194,17 +221,17 @@ func appendFlag(a []string, flag, v string) []string {
 	return append(a, flag, v)
 }
 
-func (d cliDriver) copyIn(ctx context.Context, id, dir string, r io.Reader) error {
+func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	_, err := d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + dir}, Stdin: r})
 	return err
 }
 
-func (d cliDriver) copyOut(ctx context.Context, id, path string, w io.Writer) error {
+func (d CLI) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	_, err := d.run(ctx, "cp", path, exec.Command{Args: []string{"cp", id + ":" + path, "-"}, Stdout: w})
 	return err
 }
 
-func (d cliDriver) remove(ctx context.Context, id string) error {
+func (d CLI) Remove(ctx context.Context, id string) error {
 	_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
 	if errors.Is(err, ErrNoSuchContainer) {
 		return nil
@@ -212,24 +239,24 @@ func (d cliDriver) remove(ctx context.Context, id string) error {
 	return err
 }
 
-func (d cliDriver) list(ctx context.Context, label string) ([]container, error) {
+func (d CLI) List(ctx context.Context, label string) ([]Container, error) {
 	res, err := d.run(ctx, "ps", "", exec.Command{Args: []string{"ps", "-a", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
 	if err != nil {
 		return nil, err
 	}
-	var found []container
+	var found []Container
 	if err := json.Unmarshal([]byte(res.Stdout), &found); err != nil {
 		return nil, fmt.Errorf("%w: podman ps: %v", ErrPodman, err)
 	}
 	return found, nil
 }
 
-func (cliDriver) close() {}
+func (CLI) Close() {}
 
-// attach runs `podman start -a -i`, which attaches before it starts: the
+// Attach runs `podman start -a -i`, which attaches before it starts: the
 // stream is its stdin and stdout, for as long as it runs. Closing the
 // stream ends its stdin and stops it.
-func (d cliDriver) attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+func (d CLI) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
