@@ -219,10 +219,12 @@ func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 }
 
 func (a API) Remove(ctx context.Context, id string) error {
-	if err := a.c.ContainerRemove(ctx, id); err != nil && !isNotFound(err) {
-		return apiError("remove", id, err)
-	}
-	return nil
+	return removeAgain(ctx, func() error {
+		if err := a.c.ContainerRemove(ctx, id); err != nil && !isNotFound(err) {
+			return apiError("remove", id, err)
+		}
+		return nil
+	})
 }
 
 func (a API) List(ctx context.Context, label string) ([]Container, error) {

@@ -232,11 +232,13 @@ func (d CLI) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 }
 
 func (d CLI) Remove(ctx context.Context, id string) error {
-	_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
-	if errors.Is(err, ErrNoSuchContainer) {
-		return nil
-	}
-	return err
+	return removeAgain(ctx, func() error {
+		_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
+		if errors.Is(err, ErrNoSuchContainer) {
+			return nil
+		}
+		return err
+	})
 }
 
 func (d CLI) List(ctx context.Context, label string) ([]Container, error) {

@@ -8,8 +8,10 @@ package podman
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/podvm/podvm/internal/libpod"
 )
@@ -50,7 +52,8 @@ type Driver interface {
 	CopyIn(ctx context.Context, id, dir string, r io.Reader) error
 	// CopyOut writes path of container id to w as a tar stream.
 	CopyOut(ctx context.Context, id, path string, w io.Writer) error
-	// Remove force-removes container id; one already gone is no error.
+	// Remove force-removes container id; one already gone is no error,
+	// and one that exits by itself meanwhile is removed still.
 	Remove(ctx context.Context, id string) error
 	// List returns the containers carrying label ("key=value").
 	List(ctx context.Context, label string) ([]Container, error)
@@ -108,3 +111,22 @@ type Container = libpod.Listed
 // IsLocal reports whether a Podman service URI (or none) is on this
 // machine, where bind mount sources can be checked.
 func IsLocal(uri string) bool { return uri == "" || strings.HasPrefix(uri, "unix://") }
+
+// removeAgain calls remove until it does not fail with
+// [ErrContainerNotRunning], at most four times. Podman before 4.4 can
+// refuse a forced removal of a container that exits by itself meanwhile
+// ("cannot remove container … as it could not be stopped: … container
+// state improper", podman#16142); by then it has stopped, and removing it
+// again succeeds.
+func removeAgain(ctx context.Context, remove func() error) error {
+	err := remove()
+	for try := 1; try < 4 && errors.Is(err, ErrContainerNotRunning); try++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+		err = remove()
+	}
+	return err
+}

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Records the stderr of Podman's own failures, one file per case, named
-# CASE.EXITCODE.txt, for the table test of vm/cli_errors.go. Each sample is
+# CASE.EXITCODE.txt, for the table test of internal/podman/errors.go. Each sample is
 # recorded through the service (remote client, --url) and, where the text
 # differs, with the local client (files named ...-loc).
 #
@@ -31,6 +31,34 @@ rec() {
 
 cleanup() { remote rm -f -t 0 "$N" "$N-exited" "$N-oci" >/dev/null 2>&1; }
 trap cleanup EXIT
+
+# race NAME CLIENT: `rm -f` of a container that exits by itself meanwhile,
+# which Podman before 4.4 can refuse (podman#16142). Tried until caught,
+# at most 200 times; the exit is timed a little differently each time.
+race() {
+	name=$1 client=$2
+	for i in $(seq 200); do
+		id=$(remote run -d --label io.podvm.managed=true --network none "$IMAGE" sleep 0.3) || return 1
+		sleep "0.2$((i % 5 + 5))"
+		$client rm -f -t 0 "$id" </dev/null >/dev/null 2>"$DIR/tmp.txt"
+		rc=$?
+		remote rm -f -t 0 "$id" >/dev/null 2>&1
+		if [ $rc -ne 0 ] && grep -q 'could not be stopped' "$DIR/tmp.txt"; then
+			rm -f "$DIR/$name".*.txt
+			mv "$DIR/tmp.txt" "$DIR/$name.$rc.txt"
+			echo "$name: exit $rc, try $i" >&2
+			return
+		fi
+	done
+	rm -f "$DIR/tmp.txt"
+	echo "$name: not caught in 200 tries" >&2
+}
+# `record.sh race` records only the races (slow: up to a minute each).
+if [ "${1:-}" = race ]; then
+	race rm-stopped-meanwhile-remote remote
+	race rm-stopped-meanwhile-loc loc
+	exit
+fi
 
 remote run -d --name "$N" --label io.podvm.managed=true --network none --init \
 	--entrypoint '["/run/podman-init","-P"]' "$IMAGE" >/dev/null || exit 1
@@ -67,3 +95,6 @@ rec command-exit-125 remote exec "$N" sh -c 'echo oops >&2; exit 125'
 rec command-exit-126 remote exec "$N" sh -c 'exit 126'
 rec command-exit-127 remote exec "$N" sh -c 'echo gone >&2; exit 127'
 rec command-error-line-127 remote exec "$N" sh -c 'echo "Error: my own failure" >&2; exit 127'
+
+race rm-stopped-meanwhile-remote remote
+race rm-stopped-meanwhile-loc loc
