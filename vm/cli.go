@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"cmp"
 	"os"
 
 	"github.com/podvm/podvm/exec"
@@ -27,7 +26,8 @@ type CLIVM struct{ sandbox }
 var _ VM = (*CLIVM)(nil)
 
 // NewCLIVM returns a VM for cfg, not yet created, whose podman commands
-// run through x (nil means [exec.NewCommandExecutor]()). It calls no
+// run through x (nil: an [exec.CommandExecutor] that contains podman by
+// its process group alone, since conmon must outlive it). It calls no
 // podman: it fails with an error matching [ErrInvalidConfig] when cfg is
 // invalid or, when the Podman host is this machine (no URL, or a unix://
 // one), when a mount source does not exist. Of the options it uses
@@ -37,7 +37,7 @@ func NewCLIVM(cfg Config, x exec.Executor, opts ...Option) (*CLIVM, error) {
 		return nil, err
 	}
 	o := newOptions(opts)
-	d, err := podman.NewCLI(x, o.podman, o.url, cmp.Or(o.url, os.Getenv("CONTAINER_HOST")))
+	d, err := podman.NewCLI(x, o.podman, o.url, os.Getenv("CONTAINER_HOST"))
 	if err != nil {
 		return nil, err
 	}

@@ -493,6 +493,8 @@ func TestCLIRefusesInvalidInput(t *testing.T) {
 		"empty image":          {},
 		"relative mount":       {Image: "img", Mounts: []Mount{{Source: "src", Target: "/w"}}},
 		"mount over root":      {Image: "img", Mounts: []Mount{{Source: "/src", Target: "/"}}},
+		"mount over the agent": {Image: "img", Mounts: []Mount{{Source: "/tmp", Target: "/.podvm/"}}},
+		"mount in the agent":   {Image: "img", Mounts: []Mount{{Source: "/tmp", Target: "/.podvm/podvm-agent"}}},
 		"missing local source": {Image: "img", Mounts: []Mount{{Source: "/podvm/no/such/dir", Target: "/w"}}},
 		"bad env":              {Image: "img", Env: []string{"NOEQUALS"}},
 		"bad pull":             {Image: "img", Pull: "sometimes"},

@@ -69,7 +69,9 @@ type Config struct {
 	// Name is the container name. If empty, Podman generates one.
 	Name string
 	// Mounts are bind mounts. Mounting a working directory is one entry:
-	// Mount{Source: dir, Target: "/work"} (with Workdir "/work").
+	// Mount{Source: dir, Target: "/work"} (with Workdir "/work"). /.podvm
+	// and what is under it hold podvm's agent: no Target may be there,
+	// unless PodmanExec is set.
 	Mounts []Mount
 	// Workdir is the default working directory of commands. If empty, the
 	// image's.
@@ -171,6 +173,9 @@ func (c Config) Validate() error {
 		if err := m.validate(); err != nil {
 			return bad("%v", err)
 		}
+		if t := path.Clean(m.Target); !c.PodmanExec && (t == agent.Dir || strings.HasPrefix(t, agent.Dir+"/")) {
+			return bad("mount target %q: %s holds podvm's agent, the sandbox's PID 1", m.Target, agent.Dir)
+		}
 	}
 	for k, v := range c.Labels {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
@@ -212,7 +217,7 @@ func (c Config) withDefaults() Config {
 }
 
 // spec is the container Podman makes for c, with defaults, and podvm's
-// labels: PID 1 is Podman's init, or with a the agent.
+// labels. PID 1 is the agent when a is set, else Podman's init.
 func (c Config) spec(a *agentMount) podman.Spec {
 	s := podman.Spec{Name: c.Name, Image: c.Image, Labels: c.labels(), Env: c.Env, Workdir: c.Workdir, User: c.User,
 		Network: c.Network, Memory: c.Memory, CPUs: c.CPUs, Pids: c.Pids, ReadOnlyRootfs: c.ReadOnlyRootfs,

@@ -19,10 +19,11 @@
 // # Reading the code
 //
 // The contract is written once, in one unexported type over a small
-// driver interface that only talks Podman (internal/podman: api.go over
-// the socket, cli.go through the podman command). The lifecycle is in
-// lifecycle.go, a Run in run.go (through the agent: agent.go), how a
-// stopped Run is killed inside the sandbox in kill.go, the copies in
-// copy.go, and how Podman's errors are recognised, for both transports,
-// in internal/podman/errors.go.
+// driver interface that only talks Podman (internal/podman: the Driver in
+// driver.go, api.go over the socket, cli.go through the podman command).
+// The lifecycle is in lifecycle.go, a Run in run.go (through the agent:
+// agent.go; the agent's binary reaches the sandbox by
+// internal/agent/install.go), how a stopped Run is killed inside the
+// sandbox in kill.go, the copies in copy.go, and how Podman's errors are
+// recognised, for both transports, in internal/podman/errors.go.
 package vm

@@ -152,7 +152,7 @@ func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 // socket was tried and did not answer, so the environment must not send
 // podman to it.
 func (o options) cliDriver(fallback bool) (podman.CLI, error) {
-	host := cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))
+	host := os.Getenv("CONTAINER_HOST")
 	if o.x != nil {
 		return podman.NewCLI(o.x, o.podman, o.url, host)
 	}
@@ -167,5 +167,5 @@ func (o options) cliDriver(fallback bool) (podman.CLI, error) {
 		})
 		host = "" // podman no longer sees CONTAINER_HOST
 	}
-	return podman.NewCLI(podman.Executor(exec.WithBaseEnv(env)), o.podman, o.url, host)
+	return podman.NewCLI(podman.NewExecutor(exec.WithBaseEnv(env)), o.podman, o.url, host)
 }

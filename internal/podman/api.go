@@ -25,7 +25,8 @@ var _ Driver = API{}
 func NewAPI(c *libpod.Client) API { return API{c} }
 
 // execRemoveTimeout bounds the removal of an exec session whose run
-// stopped; the kill that follows reports what survives.
+// stopped; the kill that follows (vm.KillGrace, the same 5 s) reports
+// what survives.
 const execRemoveTimeout = 5 * time.Second
 
 // apiError maps an error of internal/libpod to the error it means,
@@ -51,6 +52,7 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
+// Image implements [Driver.Image].
 func (a API) Image(ctx context.Context, ref string) (string, error) {
 	img, err := a.c.ImageInspect(ctx, ref)
 	if err != nil {
@@ -59,8 +61,10 @@ func (a API) Image(ctx context.Context, ref string) (string, error) {
 	return img.Architecture, nil
 }
 
+// Local implements [Driver.Local]: a unix:// service is local.
 func (a API) Local() (bool, string) { return IsLocal(a.c.URI()), a.c.URI() }
 
+// Fetch implements [Driver.Fetch], uploading the archive.
 func (a API) Fetch(ctx context.Context, image, archive string) error {
 	if archive == "" {
 		if err := a.c.ImagePull(ctx, image); err != nil {
@@ -79,6 +83,7 @@ func (a API) Fetch(ctx context.Context, image, archive string) error {
 	return nil
 }
 
+// Create implements [Driver.Create] with one create request, and a start.
 func (a API) Create(ctx context.Context, c Spec) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {
@@ -91,7 +96,7 @@ func (a API) Create(ctx context.Context, c Spec) (string, error) {
 		Image:              c.Image,
 		Labels:             c.Labels,
 		Init:               true,
-		Entrypoint:         InitEntrypoint,
+		Entrypoint:         initEntrypoint,
 		Env:                env,
 		WorkDir:            c.Workdir,
 		User:               c.User,
@@ -199,6 +204,7 @@ func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	return nil
 }
 
+// CopyOut implements [Driver.CopyOut].
 func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	rc, err := a.c.ArchiveGet(ctx, id, path)
 	var le *libpod.Error
@@ -218,6 +224,7 @@ func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	return nil
 }
 
+// Remove implements [Driver.Remove].
 func (a API) Remove(ctx context.Context, id string) error {
 	return removeAgain(ctx, func() error {
 		if err := a.c.ContainerRemove(ctx, id); err != nil && !isNotFound(err) {
@@ -227,6 +234,7 @@ func (a API) Remove(ctx context.Context, id string) error {
 	})
 }
 
+// List implements [Driver.List].
 func (a API) List(ctx context.Context, label string) ([]Container, error) {
 	list, err := a.c.ContainerList(ctx, label)
 	if err != nil {
@@ -235,8 +243,12 @@ func (a API) List(ctx context.Context, label string) ([]Container, error) {
 	return list, nil
 }
 
+// Close closes the idle connections kept to a unix:// or tcp://
+// service.
 func (a API) Close() { a.c.CloseIdleConnections() }
 
+// Attach implements [Driver.Attach] with an attach request, then a
+// start; the container's stderr is dropped.
 func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	s, err := a.c.ContainerAttach(ctx, id)
 	if err != nil {
@@ -257,7 +269,7 @@ func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) 
 	}}, nil
 }
 
-// Attached is a container's stdio stream: the container's stdout to
+// attached is a container's stdio stream: the container's stdout to
 // read, its stdin to write.
 type attached struct {
 	io.Reader

@@ -29,32 +29,32 @@ type CLI struct {
 var _ Driver = CLI{}
 
 // NewCLI returns the driver that runs podman, the binary bin, through x
-// (nil means [Executor]()), with --url url when url is set. host is the
-// service podman will talk to (url, else CONTAINER_HOST as podman will
-// see it; "" for the local one), for [CLI.Local]. A bin or url that
-// cannot be passed to podman is [ErrInvalidConfig].
-func NewCLI(x exec.Executor, bin, url, host string) (CLI, error) {
-	if x == nil {
-		x = Executor()
-	}
-	d := CLI{x: x, podman: bin, host: host}
-	if url != "" {
-		d.global = []string{"--url", url}
-	}
+// (nil means [NewExecutor]()), with --url url when url is set.
+// containerHost is CONTAINER_HOST as podman will see it: with no url,
+// the service podman talks to, for [CLI.Local]. A bin or url that cannot
+// be passed to podman is [ErrInvalidConfig].
+func NewCLI(x exec.Executor, bin, url, containerHost string) (CLI, error) {
 	switch {
 	case bin == "" || strings.IndexByte(bin, 0) >= 0:
-		return d, fmt.Errorf("%w: podman path %q", ErrInvalidConfig, bin)
+		return CLI{}, fmt.Errorf("%w: podman path %q", ErrInvalidConfig, bin)
 	case strings.HasPrefix(url, "-"):
-		return d, fmt.Errorf("%w: podman URL %q", ErrInvalidConfig, url)
+		return CLI{}, fmt.Errorf("%w: podman URL %q", ErrInvalidConfig, url)
+	}
+	if x == nil {
+		x = NewExecutor()
+	}
+	d := CLI{x: x, podman: bin, host: cmp.Or(url, containerHost)}
+	if url != "" {
+		d.global = []string{"--url", url}
 	}
 	return d, nil
 }
 
-// Executor is the executor podman runs through by default. Podman is not
+// NewExecutor is the executor podman runs through by default. Podman is not
 // the untrusted command: it starts conmon, which must outlive it, so a
 // run is contained by its process group alone (conmon leaves it), never
 // killed as a cgroup or a subreaper's tree.
-func Executor(opts ...exec.Option) exec.Executor {
+func NewExecutor(opts ...exec.Option) exec.Executor {
 	return exec.NewCommandExecutor(append(opts, exec.WithContainment(exec.ContainProcessGroup))...)
 }
 
@@ -94,6 +94,7 @@ func (d CLI) run(ctx context.Context, op, what string, c exec.Command) (*exec.Re
 	return res, nil
 }
 
+// Image implements [Driver.Image] with `podman image inspect`.
 func (d CLI) Image(ctx context.Context, ref string) (string, error) {
 	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", ref}})
 	if err != nil {
@@ -102,6 +103,7 @@ func (d CLI) Image(ctx context.Context, ref string) (string, error) {
 	return strings.TrimSpace(res.Stdout), nil
 }
 
+// Fetch implements [Driver.Fetch] with `podman pull` or `podman load`.
 func (d CLI) Fetch(ctx context.Context, image, archive string) error {
 	op, what, args := "pull", image, []string{"pull", "-q", image}
 	if archive != "" {
@@ -114,10 +116,14 @@ func (d CLI) Fetch(ctx context.Context, image, archive string) error {
 	return err
 }
 
+// Local implements [Driver.Local]: podman with no service, or a unix://
+// one, is local.
 func (d CLI) Local() (bool, string) {
 	return IsLocal(d.host), d.podman + " " + d.host
 }
 
+// Create implements [Driver.Create] with `podman run -d`, or `podman
+// create` for an agent.
 func (d CLI) Create(ctx context.Context, spec Spec) (string, error) {
 	res, err := d.run(ctx, "run", spec.Image, exec.Command{Args: CreateArgs(spec)})
 	if err != nil {
@@ -131,7 +137,8 @@ func (d CLI) Create(ctx context.Context, spec Spec) (string, error) {
 }
 
 // CreateArgs is the argv of `podman run -d` for spec or, with an agent as
-// PID 1, of `podman create`.
+// PID 1, of `podman create`. It is exported for package vm's fuzz test of
+// what its config validation promises.
 func CreateArgs(c Spec) []string {
 	a := []string{"run", "-d"}
 	if c.Agent != "" {
@@ -173,9 +180,10 @@ func CreateArgs(c Spec) []string {
 		a = append(a, "--env", e)
 	}
 	if c.Agent != "" {
-		return append(a, "--entrypoint", `["`+c.Agent+`"]`, c.Image)
+		entry, _ := json.Marshal([]string{c.Agent})
+		return append(a, "--entrypoint", string(entry), c.Image)
 	}
-	init, _ := json.Marshal(InitEntrypoint)
+	init, _ := json.Marshal(initEntrypoint)
 	return append(a, "--init", "--entrypoint", string(init), c.Image)
 }
 
@@ -221,16 +229,19 @@ func appendFlag(a []string, flag, v string) []string {
 	return append(a, flag, v)
 }
 
+// CopyIn implements [Driver.CopyIn] with `podman cp -`.
 func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	_, err := d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + dir}, Stdin: r})
 	return err
 }
 
+// CopyOut implements [Driver.CopyOut] with `podman cp … -`.
 func (d CLI) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	_, err := d.run(ctx, "cp", path, exec.Command{Args: []string{"cp", id + ":" + path, "-"}, Stdout: w})
 	return err
 }
 
+// Remove implements [Driver.Remove] with `podman rm -f -t 0`.
 func (d CLI) Remove(ctx context.Context, id string) error {
 	return removeAgain(ctx, func() error {
 		_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
@@ -241,6 +252,7 @@ func (d CLI) Remove(ctx context.Context, id string) error {
 	})
 }
 
+// List implements [Driver.List] with `podman ps`.
 func (d CLI) List(ctx context.Context, label string) ([]Container, error) {
 	res, err := d.run(ctx, "ps", "", exec.Command{Args: []string{"ps", "-a", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
 	if err != nil {
@@ -253,6 +265,7 @@ func (d CLI) List(ctx context.Context, label string) ([]Container, error) {
 	return found, nil
 }
 
+// Close does nothing: podman keeps nothing open between calls.
 func (CLI) Close() {}
 
 // Attach runs `podman start -a -i`, which attaches before it starts: the

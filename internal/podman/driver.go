@@ -64,21 +64,22 @@ type Driver interface {
 // Spec is a container for [Driver.Create]: a sandbox's config, its labels
 // and what its PID 1 is. Zero fields mean Podman's defaults.
 type Spec struct {
-	Name, Image    string
-	Labels         map[string]string
-	Env            []string // KEY=VALUE, on top of the image's
-	Workdir, User  string
-	Network        string // a mode ("none", "host", "container:NAME") or a network's name
-	Memory         int64  // bytes, swap included; 0: no limit
-	CPUs           float64
-	Pids           int64
-	ReadOnlyRootfs bool // with writable tmpfs on /tmp, /var/tmp and /run
-	Capabilities   []string
-	Mounts         []Mount
+	Name           string            // the container's name; "" lets Podman choose
+	Image          string            // present already
+	Labels         map[string]string // on the container
+	Env            []string          // KEY=VALUE, on top of the image's
+	Workdir, User  string            // "" for the image's
+	Network        string            // a mode ("none", "host", "container:NAME") or a network's name
+	Memory         int64             // bytes, swap included; 0: no limit
+	CPUs           float64           // 0: no limit
+	Pids           int64             // the pids limit
+	ReadOnlyRootfs bool              // with writable tmpfs on /tmp, /var/tmp and /run
+	Capabilities   []string          // the only ones kept; all others are dropped
+	Mounts         []Mount           // bind mounts
 	// Agent, when set, is the program in the container that is its PID 1
 	// (as the container's user, stdin open, stdio not logged), and the
 	// container is left created for [Driver.Attach] to start. Otherwise
-	// PID 1 is Podman's init in pause mode ([InitEntrypoint]).
+	// PID 1 is Podman's init in pause mode ([initEntrypoint]).
 	Agent string
 }
 
@@ -88,10 +89,10 @@ type Mount struct {
 	ReadOnly       bool
 }
 
-// InitEntrypoint makes PID 1 Podman's init (catatonit) in pause mode: it
+// initEntrypoint makes PID 1 Podman's init (catatonit) in pause mode: it
 // keeps the sandbox alive and reaps orphans, and needs nothing from the
 // image, not even /bin/sh.
-var InitEntrypoint = []string{"/run/podman-init", "-P"}
+var initEntrypoint = []string{"/run/podman-init", "-P"}
 
 // Process is one command for [Driver.Exec], as Podman's exec takes it.
 type Process struct {

@@ -2,6 +2,7 @@ package podman
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -78,4 +79,50 @@ func TestRemoveStoppedMeanwhile(t *testing.T) {
 			assert.ErrorAs(t, err, &cerr)
 		}
 	})
+}
+
+// agentSpec is a container whose PID 1 is an agent bind-mounted beside a
+// user's mount.
+var agentSpec = Spec{
+	Image: "img", Network: "none", Pids: 64, Capabilities: []string{"KILL"},
+	Mounts: []Mount{{Source: "/src", Target: "/work"}, {Source: "/cache/agent", Target: "/.podvm", ReadOnly: true}},
+	Agent:  "/.podvm/podvm-agent",
+}
+
+// With an agent as PID 1 the container is created, not run: stdin open,
+// nothing logged, the agent its entrypoint, no init.
+func TestCreateArgsAgent(t *testing.T) {
+	t.Parallel()
+	a := CreateArgs(agentSpec)
+	assert.Equal(t, []string{"create", "-i", "--log-driver", "none"}, a[:4])
+	assert.Equal(t, []string{"--entrypoint", `["/.podvm/podvm-agent"]`, "img"}, a[len(a)-3:])
+	assert.NotContains(t, a, "--init")
+	assert.Subset(t, a, []string{"/src:/work", "/cache/agent:/.podvm:ro"})
+
+	plain := agentSpec
+	plain.Agent = ""
+	a = CreateArgs(plain)
+	assert.Equal(t, []string{"run", "-d"}, a[:2])
+	assert.Equal(t, []string{"--init", "--entrypoint", `["/run/podman-init","-P"]`, "img"}, a[len(a)-4:])
+}
+
+// The same through the REST API: one create, and no start (Attach starts
+// it).
+func TestAPICreateAgent(t *testing.T) {
+	t.Parallel()
+	d, svc := apiOn(t, nil)
+	_, err := d.Create(context.Background(), agentSpec)
+	require.NoError(t, err)
+	var body libpod.Spec
+	for _, r := range svc.Requests() {
+		require.NotEqual(t, "POST /containers/{id}/start", r.Route, "an agent's container is left created")
+		if r.Route == "POST /containers/create" {
+			require.NoError(t, json.Unmarshal(r.Body, &body))
+		}
+	}
+	assert.Equal(t, []string{"/.podvm/podvm-agent"}, body.Entrypoint)
+	assert.False(t, body.Init)
+	assert.True(t, body.Stdin)
+	assert.Equal(t, &libpod.LogConfig{Driver: "none"}, body.LogConfiguration)
+	assert.Contains(t, body.Mounts, libpod.Mount{Destination: "/.podvm", Type: "bind", Source: "/cache/agent", Options: []string{"rbind", "ro"}})
 }

@@ -19,7 +19,8 @@ import (
 // command's own exit status.
 
 // The errors a driver's calls match, with errors.Is. Package vm exports
-// them under the same names, documented there.
+// them under the same names, documented there; their text keeps vm's
+// prefix, since they are vm's errors.
 var (
 	ErrInvalidConfig       = errors.New("vm: invalid config")
 	ErrNoSuchContainer     = errors.New("vm: no such container")

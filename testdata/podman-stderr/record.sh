@@ -1,8 +1,8 @@
 #!/bin/sh
 # Records the stderr of Podman's own failures, one file per case, named
-# CASE.EXITCODE.txt, for the table test of internal/podman/errors.go. Each sample is
-# recorded through the service (remote client, --url) and, where the text
-# differs, with the local client (files named ...-loc).
+# CASE.EXITCODE.txt, for the table test of internal/podman/errors.go.
+# Each sample is recorded through the service (remote client, --url) and,
+# where the text differs, with the local client (files named ...-loc).
 #
 #   eval "$(scripts/podman-up.sh)"; sh testdata/podman-stderr/record.sh
 #
