@@ -24,6 +24,8 @@
 // The lifecycle is in lifecycle.go, a Run in run.go (through the agent:
 // agent.go; the agent's binary reaches the sandbox by
 // internal/agent/install.go), how a stopped Run is killed inside the
-// sandbox in kill.go, the copies in copy.go, and how Podman's errors are
-// recognised, for both transports, in internal/podman/errors.go.
+// sandbox in kill.go (through the agent, the run's shim kills its whole
+// tree: internal/agent/server/shim_linux.go), the copies in copy.go, and
+// how Podman's errors are recognised, for both transports, in
+// internal/podman/errors.go.
 package vm
