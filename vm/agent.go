@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/podvm/podvm/exec"
@@ -36,9 +37,9 @@ type agentMount struct {
 
 // newAgentMount prepares the agent for arch, locally or not.
 func newAgentMount(arch string, local bool) (*agentMount, error) {
-	if _, err := agent.Digest(arch); err != nil {
-		return nil, fmt.Errorf("%w: the image's architecture %q has no podvm agent (set Config.PodmanExec to run commands as Podman exec sessions): %v",
-			ErrNotSupported, arch, err)
+	if !slices.Contains(agent.Arches, arch) {
+		return nil, fmt.Errorf("%w: the image's architecture %q has no podvm agent (the module carries %v; set Config.PodmanExec to run commands as Podman exec sessions)",
+			ErrNotSupported, arch, agent.Arches)
 	}
 	if local {
 		if dir, err := agent.HostDir(arch); err == nil {

@@ -508,6 +508,9 @@ func TestCLIRefusesInvalidInput(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
 
+	_, err := NewCLIVM(Config{Image: "img", PodmanExec: true, Mounts: []Mount{{Source: "/tmp", Target: "/.podvm"}}}, x)
+	assert.NoError(t, err, "without the agent, /.podvm is the user's")
+
 	v, err := NewCLIVM(Config{Image: "img"}, x)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -692,4 +695,18 @@ func TestCLIDriverLocal(t *testing.T) {
 		local, _ := d.Local()
 		assert.Equal(t, c.local, local, c.name)
 	}
+}
+
+// An image of an architecture the module carries no agent for is refused
+// before anything is made, naming the way out.
+func TestCLICreateUnknownArch(t *testing.T) {
+	t.Parallel()
+	x := execmock.NewMockExecutor(gomock.NewController(t)) // nothing but the inspect
+	v, err := NewCLIVM(Config{Image: "img"}, x)
+	require.NoError(t, err)
+	x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(&exec.Result{Stdout: "mips64le\n"}, nil)
+	err = v.Create(context.Background())
+	assert.ErrorIs(t, err, ErrNotSupported)
+	assert.ErrorContains(t, err, "PodmanExec")
+	assert.NoError(t, v.Remove(context.Background()))
 }
