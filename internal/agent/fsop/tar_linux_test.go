@@ -273,6 +273,23 @@ func TestTarOutRoots(t *testing.T) {
 	assert.Equal(t, result{2, "", "no such file or directory\n"}, call(t, "", "tar-out", dir+"/missing"))
 }
 
+func TestTarOutChangedSize(t *testing.T) {
+	t.Parallel()
+	// sysfs files say 4096 bytes and have fewer.
+	const path = "/sys/kernel/uevent_seqnum"
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Size != 4096 {
+		t.Skipf("no %s of 4096 bytes", path)
+	}
+	r := call(t, "", "tar-out", path)
+	assert.Equal(t, 1, r.code)
+	assert.Equal(t, "entry \"uevent_seqnum\": changed size while read\n", r.stderr)
+	f := untar(t, r.stdout)["uevent_seqnum"]
+	require.NotNil(t, f.hdr, "the entry is there, whole")
+	assert.Len(t, f.content, 4096)
+	assert.Equal(t, strings.Repeat("\x00", 100), f.content[4096-100:], "padded with zeros")
+}
+
 // discardStdout drops what an operation wrote before it failed.
 func discardStdout(r result) result { r.stdout = ""; return r }
 
@@ -300,7 +317,9 @@ func archive(t *testing.T, ents ...ent) string {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range ents {
-		e.hdr.Format = tar.FormatGNU
+		if e.hdr.Typeflag != tar.TypeXGlobalHeader {
+			e.hdr.Format = tar.FormatGNU
+		}
 		require.NoError(t, tw.WriteHeader(&e.hdr))
 		_, err := io.WriteString(tw, e.body)
 		require.NoError(t, err)
@@ -506,6 +525,14 @@ func TestTarIn(t *testing.T) {
 				}
 				fi, _ := os.Stat(dst)
 				assert.Equal(t, fs.ModeDir|0o750, fi.Mode())
+			},
+		},
+		{
+			name: "a global header",
+			ents: []ent{{hdr: tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "c"}}}, reg("f", "f", 0o644)},
+			check: func(t *testing.T, dst string) {
+				assert.NoFileExists(t, dst+"/pax_global_header")
+				assert.FileExists(t, dst+"/f")
 			},
 		},
 		{

@@ -150,6 +150,9 @@ func (x *extractor) parent(parts []string) (int, error) {
 
 // entry extracts one entry, whose content r holds.
 func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader { // a comment, as git archive writes
+		return nil
+	}
 	parts, err := splitName(hdr.Name)
 	if err != nil {
 		return err
@@ -182,7 +185,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		x.dirs = append(x.dirs, dirAttrs{hdr.Name, parts, mode, hdr.ModTime})
 		return nil
-	case tar.TypeReg:
+	case tar.TypeReg, tar.TypeGNUSparse: // r fills a sparse file's holes
 		err = x.file(dirfd, base, mode, r)
 	case tar.TypeSymlink:
 		err = replace(dirfd, base, func() error { return unix.Symlinkat(hdr.Linkname, dirfd, base) })
