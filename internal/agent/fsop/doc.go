@@ -54,10 +54,12 @@
 // kernel lacks openat2 (before Linux 5.6) parents are walked one
 // component at a time and any symlink among them is refused. Existing
 // files are removed and created again, never opened; directories are
-// merged; devices are refused (code 4). Modes are applied exactly,
-// mtimes too (directories' after their contents); ownership stays the
-// process's. The first failing entry ends the extraction; what came
-// before it stays.
+// merged; missing parents are created (the umask applies to those);
+// devices are refused (code 4); a PAX global header is skipped. Modes are
+// applied exactly, mtimes too (directories' after their contents, at the
+// end); ownership stays the process's. stdin is read to its end. The
+// first failing entry ends the extraction: what came before it stays, its
+// directories still mode 0700.
 //
 // Every operation streams with 256 KiB buffers: no file, listing of
 // entries or archive is held in memory whole.

@@ -593,6 +593,12 @@ func TestTarInDestination(t *testing.T) {
 	assert.Equal(t, result{3, "", "not a directory\n"}, call(t, stream, "tar-in", dir+"/file"))
 	assert.Equal(t, result{0, "", ""}, call(t, stream, "tar-in", dir+"/link"))
 	assert.FileExists(t, dir+"/d/f", "through the symlink")
+
+	// GNU tar pads its stream to a record of 10 KiB; whatever follows the
+	// end, and more than a buffer of it, is read.
+	stdin := strings.NewReader(stream + strings.Repeat("\x00", 1<<20))
+	assert.Equal(t, 0, Main([]string{"tar-in", dir + "/d"}, stdin, io.Discard, io.Discard))
+	assert.Zero(t, stdin.Len(), "bytes left unread")
 }
 
 func TestRoundTrip(t *testing.T) {

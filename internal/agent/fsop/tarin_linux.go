@@ -47,10 +47,16 @@ func extract(dir string, r io.Reader, beneath bool) error {
 	}
 	defer unix.Close(root)
 	x := &extractor{root: root, beneath: beneath, buf: make([]byte, bufSize)}
-	tr := tar.NewReader(bufio.NewReaderSize(r, bufSize))
+	br := bufio.NewReaderSize(r, bufSize)
+	tr := tar.NewReader(br)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
+			// Take what follows the end (GNU tar pads to a 10 KiB record),
+			// so the writer does not fail writing it.
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				return err
+			}
 			break
 		}
 		if err != nil {
