@@ -52,6 +52,17 @@ func openFollow(path string, flags int) (int, error) {
 	return unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_MAGICLINKS})
 }
 
+// statFollow is the stat of path, as openFollow resolves it.
+func statFollow(path string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := openFollow(path, unix.O_PATH)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(fd)
+	return st, unix.Fstat(fd, &st)
+}
+
 // fileMode is st's mode as an fs.FileMode.
 func fileMode(st *unix.Stat_t) fs.FileMode {
 	m := fs.FileMode(st.Mode & 0o777)
@@ -114,13 +125,7 @@ type onlyReader struct{ io.Reader }
 func readFile(path string, max int64, w io.Writer) error {
 	// Look before opening: opening a FIFO, device or socket for reading
 	// blocks, has effects or fails.
-	pfd, err := openFollow(path, unix.O_PATH)
-	if err != nil {
-		return err
-	}
-	var st unix.Stat_t
-	err = unix.Fstat(pfd, &st)
-	unix.Close(pfd)
+	st, err := statFollow(path)
 	if err != nil {
 		return err
 	}

@@ -269,6 +269,13 @@ func TestTarOutRoots(t *testing.T) {
 	_, err := tarName("/a/..")
 	assert.Error(t, err)
 
+	r := call(t, "", "tar-out", "/dev/null")
+	require.Equal(t, 0, r.code, r.stderr)
+	null := untar(t, r.stdout)["null"].hdr
+	if assert.NotNil(t, null, "/dev/null is carried") {
+		assert.Equal(t, []int64{tar.TypeChar, 1, 3}, []int64{int64(null.Typeflag), null.Devmajor, null.Devminor})
+	}
+
 	assert.Equal(t, result{4, "", "entry \"s/sock\": a socket cannot be put in a tar\n"}, discardStdout(call(t, "", "tar-out", dir+"/s")))
 	assert.Equal(t, result{2, "", "no such file or directory\n"}, call(t, "", "tar-out", dir+"/missing"))
 }

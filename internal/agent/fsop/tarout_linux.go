@@ -52,13 +52,7 @@ func tarName(path string) (string, error) {
 // writeTar writes the tree at path to w as a tar stream, its root named
 // name.
 func writeTar(path, name string, w io.Writer) error {
-	pfd, err := openFollow(path, unix.O_PATH)
-	if err != nil {
-		return err
-	}
-	var st unix.Stat_t
-	err = unix.Fstat(pfd, &st)
-	unix.Close(pfd)
+	st, err := statFollow(path)
 	if err != nil {
 		return err
 	}
