@@ -22,7 +22,8 @@
 // /proc/self/fd/N where the kernel has openat2), refuses a directory or
 // any other file that is not regular without opening it for reading, and
 // refuses a file over MAX bytes (-1: no cap) before writing anything; a
-// file that grows while it is read delivers at most MAX bytes.
+// file that grows past MAX while it is read delivers MAX bytes and fails
+// (code 5).
 //
 // write takes exactly SIZE bytes (-1: all of stdin) and gives the file
 // exactly mode PERM (octal, setuid, setgid and sticky included) whatever

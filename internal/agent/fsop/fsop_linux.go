@@ -149,8 +149,14 @@ func readFile(path string, max int64, w io.Writer) error {
 	} else if st.Size > max {
 		return failf(CodeTooLarge, "%d bytes, over the cap of %d", st.Size, max)
 	}
-	_, err = io.CopyBuffer(onlyWriter{w}, onlyReader{io.LimitReader(f, max)}, make([]byte, bufSize))
-	return err
+	n, err := io.CopyBuffer(onlyWriter{w}, onlyReader{io.LimitReader(f, max)}, make([]byte, bufSize))
+	if err != nil || n < max {
+		return err
+	}
+	if k, _ := f.Read(make([]byte, 1)); k > 0 {
+		return failf(CodeTooLarge, "over the cap of %d (the file grew while read)", max)
+	}
+	return nil
 }
 
 func writeFile(path string, size int64, perm uint32, r io.Reader) error {

@@ -200,7 +200,7 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	case tar.TypeFifo:
 		err = replace(dirfd, base, func() error { return unix.Mkfifoat(dirfd, base, 0o600) })
 		if err == nil {
-			err = chmodAt(dirfd, base, unix.O_RDONLY|unix.O_NONBLOCK, mode)
+			err = chmodFifo(dirfd, base, mode)
 		}
 	case tar.TypeChar, tar.TypeBlock:
 		return failf(CodeUnsafe, "a device cannot be created")
@@ -277,14 +277,21 @@ func (x *extractor) setDir(d *dirAttrs) error {
 	return setMtime(fd, ".", d.mtime, 0)
 }
 
-// chmodAt sets the mode of name in dirfd through a descriptor opened
-// with flags, so that a symlink put in its place is not followed.
-func chmodAt(dirfd int, name string, flags int, mode uint32) error {
-	fd, err := unix.Openat(dirfd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// chmodFifo sets the mode of FIFO name in dirfd, through a descriptor:
+// what was put in its place since it was made is left alone.
+func chmodFifo(dirfd int, name string, mode uint32) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return failf(CodeFailed, "replaced while extracted")
+	}
 	return unix.Fchmod(fd, mode)
 }
 
