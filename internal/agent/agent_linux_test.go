@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -439,16 +440,7 @@ func TestEmbeddedBinaryRuns(t *testing.T) {
 func TestSocketServesOnlyPeersOutside(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	a := startAgentArgs(t, "-listen", sock)
-	var conn net.Conn
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if conn, err = net.Dial("unix", sock); err == nil {
-			break
-		}
-	}
-	require.NoError(t, err)
-	c, err := NewClient(conn)
-	require.NoError(t, err)
+	c := dialSocket(t, sock)
 	defer c.Close()
 	var out syncBuffer
 	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "via socket"}}, nil, &out, nil)
@@ -461,4 +453,83 @@ func TestSocketServesOnlyPeersOutside(t *testing.T) {
 	r := a.run(context.Background(), Request{Argv: []string{exe, sock}, Env: []string{helperEnv + "=dial"}}, nil)
 	require.NoError(t, r.err)
 	require.Equal(t, "read 0 bytes: EOF\n", r.stdout)
+}
+
+// startSocketAgent starts the agent serving only a socket, in a PID
+// namespace of its own, and returns the socket's path and a channel
+// closed when the agent exits.
+func startSocketAgent(t *testing.T, args ...string) (string, <-chan struct{}) {
+	t.Helper()
+	needAgent(t)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	cmd := osexec.Command("/usr/bin/unshare", append([]string{"--pid", "--fork", "--mount-proc", "--kill-child",
+		agentBin, "-stdio=false", "-listen", sock}, args...)...)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return sock, done
+}
+
+// dialSocket connects to the agent's socket once it is there.
+func dialSocket(t *testing.T, sock string) *Client {
+	t.Helper()
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if conn, err = net.Dial("unix", sock); err == nil {
+			break
+		}
+	}
+	require.NoError(t, err)
+	c, err := NewClient(conn)
+	require.NoError(t, err)
+	return c
+}
+
+func TestSocketOnlyLivesAsLongAsItsPeers(t *testing.T) {
+	sock, exited := startSocketAgent(t)
+	c := dialSocket(t, sock)
+	fi, err := os.Stat(sock)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o666), fi.Mode().Perm(), "any uid the host maps the sandbox to may connect")
+	second := dialSocket(t, sock)
+	var out syncBuffer
+	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "socket only"}}, nil, &out, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0, ex.Code)
+	require.Equal(t, "socket only\n", out.String())
+
+	// A run of the remaining peer is killed when that peer leaves too.
+	started := make(chan Exit, 1)
+	go func() {
+		ex, _ := second.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "sleep", "1000"}}, nil, nil, nil)
+		started <- ex
+	}()
+	c.Close()
+	select {
+	case <-exited:
+		t.Fatal("the agent exited while a peer was still connected")
+	case <-time.After(200 * time.Millisecond):
+	}
+	second.Close()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not exit when its last peer left")
+	}
+	<-started
+}
+
+func TestSocketOnlyExitsWhenNobodyComes(t *testing.T) {
+	_, exited := startSocketAgent(t, "-first-peer", "300ms")
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent waited for a peer past -first-peer")
+	}
 }

@@ -33,8 +33,8 @@
 //
 // # Flow control
 //
-// Each stream of each run has a window of 256 KiB: a sender has at most
-// that many unacknowledged bytes in flight, in chunks of at most 32 KiB,
+// Each stream of each run has a window of 1 MiB: a sender has at most
+// that many unacknowledged bytes in flight, in chunks of at most 128 KiB,
 // and the receiver grants Credit as its consumer takes them, a quarter
 // window at a time (the client after the caller's Writer returned, the
 // agent after the command's stdin pipe took them): a short output costs
@@ -102,12 +102,26 @@
 // # The unix socket
 //
 // With -listen PATH the agent also serves the protocol on a unix socket
-// (for a bind-mounted host directory), one session per connection, but
-// only to peers outside the sandbox's PID namespace: SO_PEERCRED reports
-// pid 0 for a peer whose pid has no number in the agent's namespace, and
-// a peer inside gets closed. A process in the sandbox could still replace
-// the socket file with a decoy; the host can check that the socket's
-// SO_PEERCRED pid, as the host sees it, is the container's State.Pid. The stdio channel is single-use (Podman
-// closes the container's stdin when its first attached client leaves):
-// when it ends, the agent kills everything and exits.
+// (in a host directory bind-mounted for this sandbox alone), one session
+// per connection, but only to peers outside the sandbox's PID namespace:
+// SO_PEERCRED reports pid 0 for a peer whose pid has no number in the
+// agent's namespace, and a peer inside gets closed. The socket file is
+// mode 0666 (its directory is what keeps others out), so the host's user
+// can connect whatever uid the sandbox maps the agent to. With
+// -stdio=false the socket is the only channel: the agent exits, killing
+// everything, when its last peer leaves, or when none has come within
+// -first-peer (a minute). The host connects once, before any command
+// runs, so what answers is PID 1; a process in the sandbox could later
+// replace the socket file with a decoy, which only a new connection
+// would meet. The stdio channel is single-use (Podman closes the
+// container's stdin when its first attached client leaves): when it ends,
+// the agent kills everything and exits.
+//
+// # Files
+//
+// `podvm-agent -fs OP ARGS` is a file operation of package fsop, run in
+// the sandbox as an ordinary command (a run like any other, its data on
+// the run's stdin and stdout): read, write, list, tar-out and tar-in,
+// every path resolved inside the sandbox, beneath the destination for
+// what it makes.
 package agent

@@ -9,10 +9,12 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podvm/podvm/internal/agent/fsop"
 	"github.com/podvm/podvm/internal/agent/wire"
 )
 
@@ -25,13 +27,20 @@ const (
 	shutdownGrace = 30 * time.Second
 )
 
-// Main runs the agent, or a shim when args hold -shim, and returns the
-// process's exit code.
+// Main runs the agent, a shim when args hold -shim, or a file operation
+// of package fsop when args start with -fs, and returns the process's
+// exit code.
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == "-fs" {
+		// A file operation, run in the sandbox as a command of its own.
+		return fsop.Main(args[1:], os.Stdin, os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("podvm-agent", flag.ContinueOnError)
 	shimMode := fs.Bool("shim", false, "serve runs for the agent (internal)")
 	listen := fs.String("listen", "", "also serve the protocol on a unix socket at this path, to peers outside the sandbox's PID namespace only")
-	if err := fs.Parse(args); err != nil {
+	stdio := fs.Bool("stdio", true, "serve the protocol on stdin and stdout; when false, serve -listen's socket only and exit once its last peer has left")
+	firstPeer := fs.Duration("first-peer", time.Minute, "with -stdio=false: exit when no peer has come within this time")
+	if err := fs.Parse(args); err != nil || !*stdio && *listen == "" {
 		return 2
 	}
 	if *shimMode {
@@ -48,14 +57,32 @@ func Main(args []string) int {
 	// PID 1 is the reaper of its namespace anyway; elsewhere (tests) this
 	// makes the agent one.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	a := &agent{sessions: map[*session]bool{}}
+	a := &agent{sessions: map[*session]bool{}, socketOnly: !*stdio}
 	a.pool = newPool(func() { _ = a.sweep(shutdownGrace) })
 	if *listen != "" {
 		l, err := net.Listen("unix", *listen)
 		if err != nil {
 			return 1
 		}
+		// The socket's directory is what guards it (the host makes it
+		// for this sandbox alone); the file itself must let the host's
+		// user connect, whatever uid the sandbox maps it to.
+		if err := os.Chmod(*listen, 0o666); err != nil {
+			return 1
+		}
 		go a.accept(l.(*net.UnixListener))
+	}
+	if a.socketOnly {
+		in.Close()
+		out.Close()
+		// A host that never connects (it died after the start) leaves
+		// nobody to end the sandbox but this.
+		time.AfterFunc(*firstPeer, func() {
+			if !a.served.Load() {
+				a.shutdown(nil)
+			}
+		})
+		select {} // shutdown exits
 	}
 	s := a.newSession(in, out, func() { in.Close(); out.Close() })
 	s.serve()
@@ -71,8 +98,13 @@ type agent struct {
 	pool     *pool
 	mu       sync.Mutex
 	sessions map[*session]bool
-	sweepMu  sync.Mutex
-	downOnce sync.Once
+	// socketOnly: the socket is the only channel, and the agent lives
+	// as long as its peers: when the last one leaves (the host closed
+	// the sandbox, or died), everything is killed and the agent exits.
+	socketOnly bool
+	served     atomic.Bool // a socket peer was served
+	sweepMu    sync.Mutex
+	downOnce   sync.Once
 }
 
 // accept serves peers of the socket that are outside the sandbox's PID
@@ -95,7 +127,17 @@ func (a *agent) accept(l *net.UnixListener) {
 			c.Close()
 			continue
 		}
-		go a.newSession(c, c, func() { c.Close() }).serve()
+		a.served.Store(true)
+		s := a.newSession(c, c, func() { c.Close() })
+		go func() {
+			s.serve()
+			a.mu.Lock()
+			last := len(a.sessions) == 0
+			a.mu.Unlock()
+			if last && a.socketOnly {
+				a.shutdown(nil)
+			}
+		}()
 	}
 }
 
@@ -334,6 +376,9 @@ func pipe(ours byte) (agentEnd *os.File, childEnd int, err error) {
 		closeAll(p[:])
 		return nil, -1, err
 	}
+	// A frame's worth in the pipe, not the default 64 KiB: a command
+	// writing fast fills whole chunks (best effort: the system may cap it).
+	_, _ = unix.FcntlInt(uintptr(a), unix.F_SETPIPE_SZ, wire.ChunkSize)
 	return os.NewFile(uintptr(a), "pipe"), c, nil
 }
 

@@ -46,10 +46,10 @@ const (
 	// error. It leaves room for a Start frame of a full ARG_MAX.
 	MaxPayload = 4 << 20
 	// ChunkSize is the largest stream payload a sender puts in one frame.
-	ChunkSize = 32 << 10
+	ChunkSize = 128 << 10
 	// Window is each stream's initial credit, in bytes: a sender has at
 	// most this many unacknowledged bytes in flight per stream of a run.
-	Window = 256 << 10
+	Window = 1 << 20
 	// CreditBatch is how many bytes a receiver consumes before it grants
 	// them back: a quarter of the window keeps the sender going without a
 	// Credit frame per chunk, and a short stream costs no Credit at all.
