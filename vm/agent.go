@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -28,10 +29,13 @@ import (
 // read-only from hostDir, a directory of the caller's cache, when the
 // containers run on this machine; else copied into the created container
 // as the tar stream fs (a remote service, which the caller's disk cannot
-// reach).
+// reach). With hostDir, chanDir is the sandbox's channel directory
+// (channel.go), when one could be made: the agent then serves its socket
+// there instead of its stdio.
 type agentMount struct {
 	arch    string
 	hostDir string
+	chanDir string
 	fs      []byte
 }
 
@@ -61,6 +65,12 @@ func (s *sandbox) startAgent(ctx context.Context, id string) (*agent.Client, err
 	if err != nil {
 		return nil, err
 	}
+	return s.handshake(ctx, rw)
+}
+
+// handshake reads the agent's handshake on the channel rw, within
+// agentHello, and returns a client that owns rw.
+func (s *sandbox) handshake(ctx context.Context, rw io.ReadWriteCloser) (*agent.Client, error) {
 	type hello struct {
 		c   *agent.Client
 		err error
@@ -136,7 +146,10 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 	}
 	res := result(stdout, stderr, ex.Code, start)
 	res.Usage = usage
-	return res, agentError(cmd.Name, err) // a failed stdin or writer, or processes not killed
+	if err != nil {
+		return res, agentError(cmd.Name, err) // a failed stdin, or processes not killed
+	}
+	return res, streamErr(cmd.Name, nil, stdout, stderr)
 }
 
 // channelClosed says why the channel to the agent closed: the container

@@ -230,6 +230,10 @@ func (c Config) spec(a *agentMount) podman.Spec {
 		if a.hostDir != "" {
 			s.Mounts = append(s.Mounts, podman.Mount{Source: a.hostDir, Target: agent.Dir, ReadOnly: true})
 		}
+		if a.chanDir != "" {
+			s.Mounts = append(s.Mounts, podman.Mount{Source: a.chanDir, Target: agent.ChannelDir})
+			s.AgentArgs = agent.SocketArgs
+		}
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ type sandbox struct {
 	mu sync.Mutex            // serializes Create and Remove; guards the fields below
 	// created: Create was called; made: something of ours may be left.
 	created, made bool
+	chanDir       string // the agent's channel directory, if one was made
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -131,6 +133,9 @@ func (s *sandbox) Create(ctx context.Context) error {
 	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && pause(cctx, 100*time.Millisecond) {
 		rmErr = s.removeMade(cctx, id)
 	}
+	if rmErr == nil {
+		s.removeChanDir()
+	}
 	switch {
 	case rmErr == nil:
 	case errors.Is(err, ErrUnavailable) && errors.Is(rmErr, ErrUnavailable):
@@ -146,9 +151,15 @@ func (s *sandbox) Create(ctx context.Context) error {
 // createStarted creates the container and, with the agent, puts the
 // agent in (when it is not bind-mounted), starts the container attached
 // and connects to the agent.
-func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string, *agent.Client, error) {
-	id, err := s.createContainer(ctx, agent)
-	if err != nil && agent != nil && agent.hostDir != "" && strings.Contains(err.Error(), agent.hostDir) {
+func (s *sandbox) createStarted(ctx context.Context, mount *agentMount) (string, *agent.Client, error) {
+	if mount != nil && mount.hostDir != "" {
+		// No channel directory (an unusable temporary directory, say):
+		// the agent is reached through its stdio instead.
+		mount.chanDir, _ = newChannelDir()
+		s.chanDir = mount.chanDir
+	}
+	id, err := s.createContainer(ctx, mount)
+	if err != nil && mount != nil && mount.hostDir != "" && mentionsMount(err, mount) {
 		// The service cannot see the caller's disk after all: copy the
 		// agent in, now and from now on for this service.
 		_, service := s.d.Local()
@@ -156,24 +167,46 @@ func (s *sandbox) createStarted(ctx context.Context, agent *agentMount) (string,
 		if rmErr := s.removeMade(ctx, id); rmErr != nil {
 			return id, nil, errors.Join(err, rmErr)
 		}
-		if agent, err = newAgentMount(agent.arch, false); err != nil {
+		s.removeChanDir()
+		if mount, err = newAgentMount(mount.arch, false); err != nil {
 			return "", nil, err
 		}
-		id, err = s.createContainer(ctx, agent)
+		id, err = s.createContainer(ctx, mount)
 	}
-	if err != nil || agent == nil {
+	if err != nil || mount == nil {
 		return id, nil, err
 	}
-	if agent.hostDir == "" {
-		if err := s.d.CopyIn(ctx, id, "/", bytes.NewReader(agent.fs)); err != nil {
+	if mount.hostDir == "" {
+		if err := s.d.CopyIn(ctx, id, "/", bytes.NewReader(mount.fs)); err != nil {
 			return id, nil, fmt.Errorf("vm: create from %s: putting the agent in: %w", s.cfg.Image, err)
 		}
 	}
-	a, err := s.startAgent(ctx, id)
+	var a *agent.Client
+	if mount.chanDir != "" {
+		a, err = s.connectAgent(ctx, id, mount.chanDir)
+	} else {
+		a, err = s.startAgent(ctx, id)
+	}
 	if err != nil {
 		return id, nil, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
 	}
 	return id, a, nil
+}
+
+// mentionsMount reports whether a create's error names a directory of
+// the caller's that the agent's mounts bring in: the service cannot see
+// it.
+func mentionsMount(err error, a *agentMount) bool {
+	msg := err.Error()
+	return strings.Contains(msg, a.hostDir) || a.chanDir != "" && strings.Contains(msg, a.chanDir)
+}
+
+// removeChanDir removes the sandbox's channel directory, if any.
+func (s *sandbox) removeChanDir() {
+	if s.chanDir != "" {
+		os.RemoveAll(s.chanDir)
+		s.chanDir = ""
+	}
 }
 
 // ensureImages makes the config's image present and, unless the config
@@ -277,6 +310,9 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	}
 	err := s.removeMade(ctx, st.id)
 	s.made = err != nil
+	if err == nil {
+		s.removeChanDir()
+	}
 	return err
 }
 

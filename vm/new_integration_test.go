@@ -8,6 +8,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,8 +111,10 @@ func withoutEnv(env []string, key string) []string {
 	return out
 }
 
-// When the service dies, calls fail promptly and clearly; when it is back,
-// they work again; a VM made while it is down uses the CLI.
+// When the service dies, the agent's sandboxes go on (their channel is a
+// socket of this machine, not the service's attach), Podman exec calls
+// fail promptly and clearly; when it is back, they work again; a VM made
+// while it is down uses the CLI.
 func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	env := podmantest.Need(t)
 	podmantest.NeedBinary(t, "podman") // to run a service of its own
@@ -119,29 +122,40 @@ func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	// Through the agent (the stream is the service's attach: the sandbox
-	// ends with it) and through Podman exec (each Run a request).
+	// Through the agent on both backends, and through Podman exec (each
+	// Run a request).
 	hello := exec.Command{Name: "echo", Args: []string{"hello"}}
-	var boxes []vm.VM
-	for _, podmanExec := range []bool{false, true} {
-		v, err := vm.New(ctx, vm.Config{Image: env.Image, PodmanExec: podmanExec}, vm.WithURL(svc.uri))
+	var agentBoxes []vm.VM
+	var v vm.VM
+	for _, b := range []struct {
+		backend    vm.Backend
+		podmanExec bool
+	}{{vm.BackendAPI, false}, {vm.BackendCLI, false}, {vm.BackendAPI, true}} {
+		box, err := vm.New(ctx, vm.Config{Image: env.Image, PodmanExec: b.podmanExec}, vm.WithURL(svc.uri), vm.WithBackend(b.backend))
 		require.NoError(t, err)
-		require.NoError(t, v.Create(ctx))
+		require.NoError(t, box.Create(ctx))
 		// Through the project's service: ours may be down.
-		defer podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", v.ID())
-		res, err := v.Run(ctx, hello)
+		defer podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", box.ID())
+		res, err := box.Run(ctx, hello)
 		require.NoError(t, err)
 		require.Equal(t, "hello\n", res.Stdout)
-		boxes = append(boxes, v)
+		if b.podmanExec {
+			v = box
+		} else {
+			agentBoxes = append(agentBoxes, box)
+		}
 	}
-	agentBox, v := boxes[0], boxes[1]
 
 	svc.stop()
-	for _, b := range boxes {
-		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := b.Run(rctx, hello)
-		rcancel()
-		require.ErrorIs(t, err, vm.ErrUnavailable, "a dead service is ErrUnavailable, not a hang")
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err := v.Run(rctx, hello)
+	rcancel()
+	require.ErrorIs(t, err, vm.ErrUnavailable, "a dead service is ErrUnavailable, not a hang")
+	for _, b := range agentBoxes {
+		res, err := b.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "echo $((6*7))"}})
+		require.NoError(t, err, "the agent's channel does not go through the service")
+		assert.Equal(t, "42\n", res.Stdout)
+		require.NoError(t, vm.WriteFile(ctx, b, "/tmp/during", []byte("down"), 0o644))
 	}
 
 	// Down: New falls back to the CLI, talking to Podman directly.
@@ -161,10 +175,13 @@ func TestServiceGoesAwayAndComesBack(t *testing.T) {
 	res, err = v.Run(ctx, hello)
 	require.NoError(t, err, "the service is back")
 	assert.Equal(t, "hello\n", res.Stdout)
-	_, err = agentBox.Run(ctx, hello)
-	assert.ErrorIs(t, err, vm.ErrContainerNotRunning, "the agent's sandbox ended with its stream, and says so")
+	for _, b := range agentBoxes {
+		got, err := vm.ReadFile(ctx, b, "/tmp/during", 100)
+		require.NoError(t, err, "the agent's sandbox lived through the restart")
+		assert.Equal(t, "down", string(got))
+		require.NoError(t, b.Remove(ctx))
+	}
 	require.NoError(t, v.Remove(ctx))
-	require.NoError(t, agentBox.Remove(ctx))
 }
 
 // crashEnv makes the test binary create a sandbox and die without removing
@@ -213,6 +230,17 @@ func TestReap(t *testing.T) {
 			orphan := strings.TrimSpace(string(out))
 			t.Cleanup(func() { podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", orphan) })
 			require.Contains(t, ps(), orphan)
+			// The agent's channel directory the child left (sockets only).
+			chans := func(pid int) []string {
+				base := filepath.Join(os.TempDir(), "podvm-"+strconv.Itoa(os.Getuid()))
+				if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
+					base = filepath.Join(rt, "podvm")
+				}
+				m, _ := filepath.Glob(filepath.Join(base, strconv.Itoa(pid)+"-*"))
+				return m
+			}
+			require.Len(t, chans(child.Process.Pid), 1, "the crashed child's sandbox has a channel directory")
+			require.NotEmpty(t, chans(os.Getpid()), "so has ours")
 
 			removed, err := vm.Reap(ctx, 0, vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithLabel("test", tag))
 			require.NoError(t, err)
@@ -220,6 +248,8 @@ func TestReap(t *testing.T) {
 			assert.NotContains(t, ps(), orphan)
 			assert.Contains(t, ps(), mine.ID(), "a live owner's sandbox is kept")
 			assert.Contains(t, ps(), foreign, "a container without podvm's label is never touched")
+			assert.Empty(t, chans(child.Process.Pid), "the dead child's channel directory is removed")
+			assert.NotEmpty(t, chans(os.Getpid()), "a live process's channel directories are kept")
 		})
 	}
 

@@ -114,16 +114,22 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	if err := podman.StartFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
 		return nil, err
 	}
-	res := result(stdout, stderr, code, start)
+	return result(stdout, stderr, code, start), streamErr(cmd.Name, stdin.Err(), stdout, stderr)
+}
+
+// streamErr is the first failure of a run's stdin or of its live
+// writers, which fails a run that ended normally: output the caller asked
+// for did not arrive, or the command did not get all of its input.
+func streamErr(name string, stdinErr error, stdout, stderr *capture.Stream) error {
 	for _, f := range []struct {
 		name string
 		err  error
-	}{{"stdin", stdin.Err()}, {"stdout writer", stdout.LiveErr()}, {"stderr writer", stderr.LiveErr()}} {
+	}{{"stdin", stdinErr}, {"stdout writer", stdout.LiveErr()}, {"stderr writer", stderr.LiveErr()}} {
 		if f.err != nil {
-			return res, fmt.Errorf("vm: %s: %s: %w", cmd.Name, f.name, f.err)
+			return fmt.Errorf("vm: %s: %s: %w", name, f.name, f.err)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // markerKey is the environment variable that tags every process of one

@@ -17,7 +17,16 @@ const (
 	Dir = "/.podvm"
 	// Path is the agent binary, the sandbox's PID 1.
 	Path = Dir + "/podvm-agent"
+	// ChannelDir is where a directory of the host, made for one sandbox,
+	// is bind-mounted when the sandbox runs on the caller's machine: the
+	// agent's socket is there.
+	ChannelDir = Dir + "/ch"
+	// Socket is the agent's socket in [ChannelDir].
+	Socket = ChannelDir + "/agent.sock"
 )
+
+// SocketArgs are the agent's arguments when it serves [Socket] alone.
+var SocketArgs = []string{"-stdio=false", "-listen", Socket}
 
 var hostDirs sync.Map // goarch → the directory HostDir made
 
@@ -38,7 +47,8 @@ func HostDir(goarch string) (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(cache, "podvm", "agent-"+strings.TrimPrefix(d, "sha256:")[:16]+"-"+goarch)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// ChannelDir's mount point, in the read-only mount of dir.
+	if err := os.MkdirAll(filepath.Join(dir, filepath.Base(ChannelDir)), 0o755); err != nil {
 		return "", err
 	}
 	bin, err := Binary(goarch)

@@ -130,7 +130,7 @@ func (a API) Create(ctx context.Context, c Spec) (string, error) {
 		s.Mounts = append(s.Mounts, libpod.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: []string{"rbind", opt}})
 	}
 	if c.Agent != "" {
-		s.Init, s.Entrypoint, s.Stdin = false, []string{c.Agent}, true
+		s.Init, s.Entrypoint, s.Stdin = false, append([]string{c.Agent}, c.AgentArgs...), true
 		s.LogConfiguration = &libpod.LogConfig{Driver: "none"}
 	}
 	id, err := a.c.ContainerCreate(ctx, s)
@@ -267,6 +267,14 @@ func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) 
 		pr.Close()
 		return s.Close()
 	}}, nil
+}
+
+// Start implements [Driver.Start].
+func (a API) Start(ctx context.Context, id string) error {
+	if err := a.c.ContainerStart(ctx, id); err != nil {
+		return apiError("start", id, err)
+	}
+	return nil
 }
 
 // attached is a container's stdio stream: the container's stdout to

@@ -180,7 +180,7 @@ func CreateArgs(c Spec) []string {
 		a = append(a, "--env", e)
 	}
 	if c.Agent != "" {
-		entry, _ := json.Marshal([]string{c.Agent})
+		entry, _ := json.Marshal(append([]string{c.Agent}, c.AgentArgs...))
 		return append(a, "--entrypoint", string(entry), c.Image)
 	}
 	init, _ := json.Marshal(initEntrypoint)
@@ -267,6 +267,12 @@ func (d CLI) List(ctx context.Context, label string) ([]Container, error) {
 
 // Close does nothing: podman keeps nothing open between calls.
 func (CLI) Close() {}
+
+// Start implements [Driver.Start] with `podman start`.
+func (d CLI) Start(ctx context.Context, id string) error {
+	_, err := d.run(ctx, "start", id, exec.Command{Args: []string{"start", id}})
+	return err
+}
 
 // Attach runs `podman start -a -i`, which attaches before it starts: the
 // stream is its stdin and stdout, for as long as it runs. Closing the

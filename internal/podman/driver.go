@@ -41,6 +41,8 @@ type Driver interface {
 	// it: reading the stream yields its stdout, writing feeds its stdin.
 	// Closing it detaches.
 	Attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
+	// Start starts created container id, attaching nothing.
+	Start(ctx context.Context, id string) error
 	// Exec runs p in container id as a Podman exec session and returns
 	// its exit status once the output is drained and the session ended.
 	// started reports that the session began (the command may have run).
@@ -81,6 +83,8 @@ type Spec struct {
 	// container is left created for [Driver.Attach] to start. Otherwise
 	// PID 1 is Podman's init in pause mode ([initEntrypoint]).
 	Agent string
+	// AgentArgs are the agent's arguments.
+	AgentArgs []string
 }
 
 // Mount is a bind mount of Source, on the Podman host, at Target.
