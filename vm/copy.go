@@ -24,14 +24,20 @@ var ErrInvalidPath = errors.New("vm: invalid sandbox path")
 // streaming r through the archive guard: an entry that would land outside
 // dir by the archive's own names and links fails the copy with an error
 // matching [ErrUnsafeArchive] (entries before it may have been
-// extracted). Podman extracts inside the sandbox's root: a symlink that
-// code in the sandbox planted under dir is followed, within the sandbox,
-// never onto the host. A dir that does not exist matches
-// [fs.ErrNotExist]; one that is not a directory, [ErrPodman].
+// extracted). dir is a path, never a pattern. Through the agent, every
+// entry is made beneath dir without following a symlink out of it: one
+// that code in the sandbox planted under dir fails the copy with
+// [ErrUnsafeArchive] too. With [Config.PodmanExec], Podman extracts
+// inside the sandbox's root, and such a symlink is followed, within the
+// sandbox, never onto the host. A dir that does not exist matches
+// [fs.ErrNotExist]; one that is not a directory is an error.
 func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	dir, st, err := s.at("copy into", dir)
 	if err != nil {
 		return err
+	}
+	if st.agent != nil {
+		return s.copyInAgent(ctx, dir, r)
 	}
 	in := &errReader{r: targuard.New(r, "")}
 	err = s.d.CopyIn(ctx, st.id, dir, in)
@@ -49,8 +55,11 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // outside its root fails the copy with an error matching
 // [ErrUnsafeArchive]; a path that does not exist matches
 // [fs.ErrNotExist]; an archive with no entry at all (a link into /proc,
-// say) is an error matching [ErrPodman]. When CopyOut fails, w may have
-// received part of a stream.
+// say) is an error matching [ErrPodman]. Through the agent, a socket in
+// the tree, which a tar stream cannot carry, fails the copy with
+// [ErrUnsafeArchive], naming it; with [Config.PodmanExec], Podman leaves
+// sockets out. When CopyOut fails, w may have received part of a
+// stream.
 func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	p, st, err := s.at("copy out", p)
 	if err != nil {
@@ -71,7 +80,11 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 		pr.CloseWithError(err) // the driver's further output is dropped
 		copied <- err
 	}()
-	err = s.d.CopyOut(ctx, st.id, p, pw)
+	if st.agent != nil {
+		err = s.fileOp(ctx, "copy out", p, nil, pw, "tar-out", p)
+	} else {
+		err = s.d.CopyOut(ctx, st.id, p, pw)
+	}
 	pw.Close()
 	copyErr := <-copied
 	switch {
@@ -80,7 +93,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	case err != nil:
 		return err
 	case g.Entries() == 0:
-		return fmt.Errorf("%w: copy out %s: the archive Podman made holds no entry", ErrPodman, p)
+		return fmt.Errorf("%w: copy out %s: the archive holds no entry", ErrPodman, p)
 	}
 	return nil
 }

@@ -78,11 +78,12 @@ func WriteFile(ctx context.Context, v VM, name string, data []byte, perm fs.File
 }
 
 // WriteFileFrom is [WriteFile] with the file's content read from r: size
-// bytes, or, when size is -1, all of r. A tar entry states its size before
-// its content, so a content of unknown size is first spooled to a
-// temporary file on the host (in [os.TempDir]), removed before
-// WriteFileFrom returns. A r that ends before size bytes, or holds more,
-// fails the write.
+// bytes, or, when size is -1, all of r. A r that ends before size bytes,
+// or holds more, fails the write. A [FileServer] (every sandbox with
+// podvm's agent) streams r into the file. Through a VM's CopyIn, a tar
+// entry states its size before its content, so a content of unknown size
+// is first spooled to a temporary file on the host (in [os.TempDir]),
+// removed before WriteFileFrom returns.
 func WriteFileFrom(ctx context.Context, v VM, name string, r io.Reader, size int64, perm fs.FileMode) error {
 	const op = "write file"
 	p, err := cleanFile(op, name)

@@ -145,8 +145,11 @@ func contractCases() []testCase {
 						t.Errorf("%s: %v; want %v", c.label, c.err, c.want)
 					}
 				}
-				if err := v.CopyOut(ctx, "/tmp/c/special", io.Discard); err == nil {
-					t.Error("CopyOut of a link into /proc: nil error; an empty archive for an existing path is an error")
+				// Podman archives nothing there; the agent archives what it
+				// sees. Either may be, but never an empty success.
+				out.Reset()
+				if err := v.CopyOut(ctx, "/tmp/c/special", &out); err == nil && len(tarNames(t, out.Bytes())) == 0 {
+					t.Error("CopyOut of a link into /proc: nil error and no entry; an empty archive for an existing path is an error")
 				}
 				return []observation{o}
 			}},

@@ -1,0 +1,135 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strconv"
+	"strings"
+
+	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/agent/fsop"
+	"github.com/podvm/podvm/internal/targuard"
+)
+
+// This file is the file calls and the copies of a sandbox whose agent is
+// there: the agent binary, run in the sandbox as `podvm-agent -fs OP`,
+// reads, writes, lists and archives the files itself, the data on its
+// stdin and stdout through the agent's channel. A path is only a path
+// (Podman's archive endpoint and `podman cp` expand glob characters),
+// names are bytes, nothing is spooled on the host, every entry of a copy
+// into the sandbox is made beneath its destination without following a
+// link out of it (openat2 RESOLVE_BENEATH), and what a tar stream cannot
+// carry (a socket) is reported, not dropped. Without the agent
+// ([Config.PodmanExec]) the copies go through Podman (copy.go) and the
+// file calls through them (files.go).
+
+// fileOp runs the agent's file operation args in the sandbox with stdin
+// and stdout, for the call op on p, and maps its failure to the file
+// calls' errors. It returns [ErrNotSupported] on a sandbox without the
+// agent.
+func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	st, err := s.container()
+	if err != nil {
+		return err
+	}
+	if st.agent == nil {
+		return ErrNotSupported
+	}
+	var stderr bytes.Buffer // one line, from the agent
+	req := agent.Request{Argv: append([]string{agent.Path, "-fs"}, args...), Dir: "/"}
+	ex, err := st.agent.Run(ctx, req, stdin, stdout, &limitWriter{w: &stderr, n: 4 << 10})
+	why := strings.TrimSpace(stderr.String())
+	switch {
+	case errors.Is(err, agent.ErrChannelClosed):
+		return s.channelClosed(ctx, op+" "+p, err)
+	case err != nil:
+		return fmt.Errorf("vm: %s %s: %w", op, p, err)
+	case ex.Code == 0:
+		return nil
+	}
+	var sentinel error
+	switch fsop.Code(ex.Code) {
+	case fsop.CodeNotExist:
+		sentinel = fs.ErrNotExist
+	case fsop.CodeUnsafe:
+		return fmt.Errorf("%w: %s %s: %s", ErrUnsafeArchive, op, p, why)
+	case fsop.CodeTooLarge:
+		sentinel = ErrFileTooLarge
+	case fsop.CodeExist:
+		sentinel = fs.ErrExist
+	case fsop.CodeInvalid, fsop.CodeFailed:
+		return fmt.Errorf("vm: %s %s: %s", op, p, why)
+	default:
+		return fmt.Errorf("%w: %s %s: the agent's file operation exited %d: %s", ErrPodman, op, p, ex.Code, why)
+	}
+	return fmt.Errorf("vm: %s %s: %s: %w", op, p, why, sentinel)
+}
+
+// limitWriter keeps the first n bytes written to it and drops the rest.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if k := min(len(p), l.n); k > 0 {
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+// WriteFile implements [FileServer] through the agent: r streams to the
+// file, whatever its size, with nothing spooled on the host.
+func (s *sandbox) WriteFile(ctx context.Context, p string, r io.Reader, size int64, perm fs.FileMode) error {
+	in := &errReader{r: r}
+	err := s.fileOp(ctx, "write file", p, in, nil, "write", p, strconv.FormatInt(size, 10), strconv.FormatInt(tarMode(perm), 8))
+	if in.Err() != nil {
+		return fmt.Errorf("vm: write file %s: reading the content: %w", p, in.Err())
+	}
+	return err
+}
+
+// ReadFile implements [FileServer] through the agent.
+func (s *sandbox) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte, error) {
+	var b bytes.Buffer
+	if err := s.fileOp(ctx, "read file", p, nil, &b, "read", p, strconv.FormatInt(maxBytes, 10)); err != nil {
+		return nil, err
+	}
+	if int64(b.Len()) > maxBytes {
+		return nil, fmt.Errorf("%w: read file %s: the agent sent %d bytes, over the cap of %d", ErrPodman, p, b.Len(), maxBytes)
+	}
+	return b.Bytes(), nil
+}
+
+// ReadDir implements [FileServer] through the agent: only the listing
+// travels, not the tree.
+func (s *sandbox) ReadDir(ctx context.Context, dir string) ([]FileInfo, error) {
+	var b bytes.Buffer
+	if err := s.fileOp(ctx, "read dir", dir, nil, &b, "list", dir); err != nil {
+		return nil, err
+	}
+	list, err := fsop.DecodeList(&b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read dir %s: %w", ErrPodman, dir, err)
+	}
+	out := make([]FileInfo, len(list))
+	for i, e := range list {
+		out[i] = FileInfo{Name: e.Name, Size: e.Size, Mode: e.Mode, ModTime: e.ModTime, Link: e.Link}
+	}
+	return out, nil
+}
+
+// copyInAgent is CopyIn through the agent.
+func (s *sandbox) copyInAgent(ctx context.Context, dir string, r io.Reader) error {
+	in := &errReader{r: targuard.New(r, "")}
+	err := s.fileOp(ctx, "copy into", dir, in, nil, "tar-in", dir)
+	if in.Err() != nil {
+		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
+	}
+	return err
+}
