@@ -103,3 +103,25 @@ func p50(b *testing.B, op func() error) {
 	slices.Sort(times)
 	b.ReportMetric(float64(times[len(times)/2].Nanoseconds()), "p50-ns/op")
 }
+
+func BenchmarkStdin(b *testing.B) {
+	const size = 64 << 20
+	a := startAgent(b)
+	ctx := context.Background()
+	req := Request{Argv: []string{"/bin/busybox", "dd", "of=/dev/null", "bs=65536"}}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.Run(ctx, req, io.LimitReader(zeroReader{}, size), io.Discard, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// zeroReader reads zero bytes forever.
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

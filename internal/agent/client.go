@@ -200,7 +200,9 @@ func (c *Client) send(frames ...wire.Frame) error {
 	for _, f := range frames {
 		b = f.Append(b)
 	}
-	if cap(b) <= wire.HeaderSize+wire.ChunkSize { // keep no rare big buffer
+	// Keep the buffer that carries data frames (append rounds its size
+	// up past a chunk's frame), never a rare big one.
+	if cap(b) <= 2*(wire.HeaderSize+wire.ChunkSize) {
 		c.wbuf = b
 	}
 	if _, err := c.rw.Write(b); err != nil {
