@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -22,8 +23,13 @@ const (
 	treeDest                       = "/tmp/bench-tree" // in each sandbox
 )
 
-// nameCp is the row of `podman cp`, both ways.
-const nameCp = "`podman cp` (a process)"
+// Rows of the files comparison that are not podvm: `podman cp`, and the
+// floor, a host tar piped into a host tar (the same tree to a host
+// directory, no sandbox), both ways.
+const (
+	nameCp       = "`podman cp` (a process)"
+	nameTarFloor = "`tar -c | tar -x` on the host (the floor)"
+)
 
 // files copies the same host tree into each sandbox and out again to a
 // fresh host directory: podvm's CopyDirIn and CopyDirOut on each backend
@@ -56,6 +62,8 @@ func (b *bench) files(ctx context.Context) error {
 	}), alt{name: nameCp, op: func(ctx context.Context) error {
 		_, err := b.p.output(ctx, "cp", src+"/.", b.base+":"+treeDest)
 		return err
+	}}, alt{name: nameTarFloor, op: func(ctx context.Context) error {
+		return hostTar(ctx, src, filepath.Join(out, "floor-in"))
 	}})
 	if b.filesIn, err = measure(ctx, "files in", in, 1, b.sz.stream, b.sz.budget); err != nil {
 		return err
@@ -79,9 +87,25 @@ func (b *bench) files(ctx context.Context) error {
 	}), alt{name: nameCp, op: fresh(func(ctx context.Context, dst string) error {
 		_, err := b.p.output(ctx, "cp", b.base+":"+treeDest, dst)
 		return err
+	})}, alt{name: nameTarFloor, op: fresh(func(ctx context.Context, dst string) error {
+		return hostTar(ctx, src, dst)
 	})})
 	b.filesOut, err = measure(ctx, "files out", outAlts, 1, b.sz.stream, b.sz.budget)
 	return err
+}
+
+// hostTar copies the tree src to dst, made when missing, as `tar -C src
+// -cf - . | tar -C dst -xf -`: the floor of a copy that streams a tree
+// through a pipe.
+func hostTar(ctx context.Context, src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	c := osexec.CommandContext(ctx, "sh", "-c", `tar -C "$1" -cf - . | tar -C "$2" -xf -`, "sh", src, dst)
+	if out, err := c.CombinedOutput(); err != nil {
+		return fmt.Errorf("tar | tar: %w: %s", err, out)
+	}
+	return nil
 }
 
 // makeTree writes files files of random bytes, size bytes in all, in ten

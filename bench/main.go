@@ -158,6 +158,7 @@ type bench struct {
 	started time.Time
 
 	execRes, lifeRes, streamRes []*series
+	stdinRes                    []*series // in stdin.go
 	filesIn, filesOut           []*series // in files.go
 	treeFiles                   int
 	treeBytes                   int64
@@ -180,7 +181,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "memory", "concurrency", "pool", "files"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -236,7 +237,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		b.setupBares(ctx)
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.memory, b.concurrency, b.pools, b.files}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue

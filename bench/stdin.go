@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+)
+
+// Row names of the stdin comparison.
+const (
+	nameCLIStdin  = "`podman exec -i …` fed through a pipe"
+	nameRuncStdin = "`runc exec …` fed through a pipe (the floor)"
+)
+
+// stdinArgv reads its stdin to the end into /dev/null.
+var stdinArgv = []string{"dd", "of=/dev/null", "bs=" + strconv.Itoa(streamBlock), "status=none"}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// stdins feeds the same n bytes to a command that reads them into
+// /dev/null: podvm's Run with Stdin on each backend against `podman exec
+// -i` and `runc exec` fed by this process through a pipe.
+func (b *bench) stdins(ctx context.Context) error {
+	n := b.sz.streamBytes
+	input := func() io.Reader { return io.LimitReader(zeros{}, n) }
+	alts := b.vmAlts(func(v vm.VM) op {
+		cmd := exec.Command{Name: stdinArgv[0], Args: stdinArgv[1:]}
+		return func(ctx context.Context) error {
+			c := cmd
+			c.Stdin = input()
+			res, err := v.Run(ctx, c)
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			return err
+		}
+	})
+	alts = append(alts,
+		alt{name: nameCLIStdin, op: func(ctx context.Context) error {
+			c := b.p.command(ctx, append([]string{"exec", "-i", b.base}, stdinArgv...)...)
+			c.Stdin = input()
+			return toDevNull(c)
+		}},
+		b.runcAlt(nameRuncStdin, func(r *runc) op {
+			return func(ctx context.Context) error {
+				c := r.command(ctx, b.base, stdinArgv)
+				c.Stdin = input()
+				return toDevNull(c)
+			}
+		}),
+	)
+	var err error
+	b.stdinRes, err = measure(ctx, "stdin throughput", alts, 1, b.sz.stream, b.sz.budget)
+	return err
+}
+
+func (b *bench) reportStdin(w io.Writer) {
+	n := b.sz.streamBytes
+	fmt.Fprintf(w, "\n**Stdin throughput** of %s into `%s`, %s\n\n", mib(n), shellLine(stdinArgv), runs(b.stdinRes))
+	floor := find(b.stdinRes, nameRuncStdin)
+	fmt.Fprintln(w, "| how | p50 | p90 | MiB/s at p50 | vs runc | failures |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
+	for _, s := range b.stdinRes {
+		if !s.ok() {
+			fmt.Fprintf(w, "| %s | %s | | | | %s |\n", s.name, skipped(s), failures(s))
+			continue
+		}
+		vs := "–"
+		if floor != nil {
+			vs = ratio(float64(floor.p50()), float64(s.p50()))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s |\n", s.name, ms(s.p50()), ms(s.p90()), mibps(n, s.p50()), vs, failures(s))
+	}
+}
