@@ -29,6 +29,7 @@ const (
 const (
 	nameCp       = "`podman cp` (a process)"
 	nameTarFloor = "`tar -c | tar -x` on the host (the floor)"
+	nameRuncTar  = "`tar -c | runc exec … tar -x` and back: tar in the sandbox, no Podman"
 )
 
 // files copies the same host tree into each sandbox and out again to a
@@ -64,7 +65,11 @@ func (b *bench) files(ctx context.Context) error {
 		return err
 	}}, alt{name: nameTarFloor, op: func(ctx context.Context) error {
 		return hostTar(ctx, src, filepath.Join(out, "floor-in"))
-	}})
+	}}, b.runcAlt(nameRuncTar, func(r *runc) op {
+		return func(ctx context.Context) error {
+			return r.tarIn(ctx, b.base, src, treeDest)
+		}
+	}))
 	if b.filesIn, err = measure(ctx, "files in", in, 1, b.sz.stream, b.sz.budget); err != nil {
 		return err
 	}
@@ -89,7 +94,9 @@ func (b *bench) files(ctx context.Context) error {
 		return err
 	})}, alt{name: nameTarFloor, op: fresh(func(ctx context.Context, dst string) error {
 		return hostTar(ctx, src, dst)
-	})})
+	})}, b.runcAlt(nameRuncTar, func(r *runc) op {
+		return fresh(func(ctx context.Context, dst string) error { return r.tarOut(ctx, b.base, treeDest, dst) })
+	}))
 	b.filesOut, err = measure(ctx, "files out", outAlts, 1, b.sz.stream, b.sz.budget)
 	return err
 }
@@ -104,6 +111,31 @@ func hostTar(ctx context.Context, src, dst string) error {
 	c := osexec.CommandContext(ctx, "sh", "-c", `tar -C "$1" -cf - . | tar -C "$2" -xf -`, "sh", src, dst)
 	if out, err := c.CombinedOutput(); err != nil {
 		return fmt.Errorf("tar | tar: %w: %s", err, out)
+	}
+	return nil
+}
+
+// tarIn is `tar -C src -cf - . | runc exec -i ID tar -C dst -xf -`: the
+// tree unpacked into the sandbox's filesystem with nothing of Podman's or
+// podvm's in between.
+func (r *runc) tarIn(ctx context.Context, id, src, dst string) error {
+	c := osexec.CommandContext(ctx, "sh", "-c", `tar -C "$1" -cf - . | "$2" --root "$3" exec "$4" tar -C "$5" -xf -`,
+		"sh", src, r.bin, r.root, id, dst)
+	if out, err := c.CombinedOutput(); err != nil {
+		return fmt.Errorf("tar | runc exec tar: %w: %s", err, out)
+	}
+	return nil
+}
+
+// tarOut is `runc exec ID tar -C src -cf - . | tar -C dst -xf -`.
+func (r *runc) tarOut(ctx context.Context, id, src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	c := osexec.CommandContext(ctx, "sh", "-c", `"$1" --root "$2" exec "$3" tar -C "$4" -cf - . | tar -C "$5" -xf -`,
+		"sh", r.bin, r.root, id, src, dst)
+	if out, err := c.CombinedOutput(); err != nil {
+		return fmt.Errorf("runc exec tar | tar: %w: %s", err, out)
 	}
 	return nil
 }

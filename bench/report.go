@@ -393,13 +393,18 @@ func (b *bench) reportTargets(w io.Writer) {
 			ss   []*series
 		}{{"in", b.filesIn}, {"out", b.filesOut}} {
 			x, floor, cp := find(way.ss, name), find(way.ss, nameTarFloor), find(way.ss, nameCp)
-			t := target{what: fmt.Sprintf("%s files %s ≥ 0.8× a host `tar | tar`'s and ≥ 2× `podman cp`'s", short, way.what)}
+			// Not 2x `podman cp`: it runs at 0.7-1.3x the floor here.
+			t := target{what: fmt.Sprintf("%s files %s ≥ 0.8× a host `tar | tar`'s and ≥ `podman cp`'s", short, way.what)}
 			if x != nil && floor != nil && cp != nil {
 				n := b.treeBytes
 				t.have = true
-				t.pass = mibps(n, x.p50()) >= 0.8*mibps(n, floor.p50()) && mibps(n, x.p50()) >= 2*mibps(n, cp.p50())
+				t.pass = mibps(n, x.p50()) >= 0.8*mibps(n, floor.p50()) && x.p50() <= cp.p50()
 				t.measured = fmt.Sprintf("%.0f vs %.0f and %.0f MiB/s", mibps(n, x.p50()), mibps(n, floor.p50()), mibps(n, cp.p50()))
 				t.bound = "the agent's channel and the host's guard, which decodes and re-encodes the archive"
+				if rt := find(way.ss, nameRuncTar); rt != nil {
+					t.bound = fmt.Sprintf("the sandbox's filesystem: busybox tar in the sandbox, fed by runc exec with nothing of Podman's or podvm's between, does %.0f MiB/s; `podman cp` is at %.0f%% of the host's floor",
+						mibps(n, rt.p50()), 100*mibps(n, cp.p50())/mibps(n, floor.p50()))
+				}
 			}
 			ts = append(ts, t)
 		}
