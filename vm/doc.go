@@ -23,9 +23,12 @@
 // driver.go, api.go over the socket, cli.go through the podman command).
 // The lifecycle is in lifecycle.go, a Run in run.go (through the agent:
 // agent.go; the agent's binary reaches the sandbox by
-// internal/agent/install.go), how a stopped Run is killed inside the
+// internal/agent/install.go, and its channel is a socket of this machine
+// where it can be, channel.go), how a stopped Run is killed inside the
 // sandbox in kill.go (through the agent, the run's shim kills its whole
-// tree: internal/agent/server/shim_linux.go), the copies in copy.go, and
-// how Podman's errors are recognised, for both transports, in
+// tree: internal/agent/server/shim_linux.go), the copies in copy.go (the
+// agent's file operations, which serve the copies and the file calls of
+// a sandbox with the agent, in files_agent.go and internal/agent/fsop),
+// and how Podman's errors are recognised, for both transports, in
 // internal/podman/errors.go.
 package vm
