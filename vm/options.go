@@ -31,6 +31,7 @@ type options struct {
 	log         *slog.Logger
 	pingTimeout time.Duration
 	labels      map[string]string // Reap: required labels
+	snapshots   bool              // Reap: snapshots of dead owners too
 }
 
 // WithBackend restricts New to one backend; the default tries the API and

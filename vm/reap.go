@@ -19,6 +19,8 @@ import (
 // an unrelated process keeps its sandboxes alive until the age rule takes
 // them. When some removals fail, Reap removes the others and returns the
 // failures joined. [WithLabel] narrows it to some sandboxes.
+// [WithSnapshots] makes it remove snapshots too (see there): their image
+// IDs follow the containers' in the list.
 func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]string, error) {
 	o := newOptions(opts)
 	d, err := o.driver(ctx)
@@ -45,6 +47,9 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 		}
 		o.log.Info("podvm: reaped sandbox", "id", b.ID, "reason", why)
 		removed = append(removed, b.ID)
+	}
+	if o.snapshots {
+		removed, errs = reapSnapshots(ctx, d, o, host, removed, errs)
 	}
 	return removed, errors.Join(errs...)
 }
