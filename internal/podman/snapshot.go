@@ -46,11 +46,31 @@ var (
 
 // Commit implements [Imager.Commit] with POST /commit.
 func (a API) Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error) {
-	img, err := a.c.Commit(ctx, id, repo, tag, changes)
-	if err != nil {
-		return "", apiError("commit", id, err)
+	return commitAgain(ctx, func() (string, error) {
+		img, err := a.c.Commit(ctx, id, repo, tag, changes)
+		if err != nil {
+			return "", apiError("commit", id, err)
+		}
+		return img, nil
+	})
+}
+
+// commitAgain calls commit until it does not fail with Podman's "layer
+// not known", at most three times. Podman's storage can lose a layer it
+// just made to an image removal or another commit running at the same
+// time (containers/podman#24598, containers/buildah#5674); the image
+// was not made, and committing again succeeds.
+func commitAgain(ctx context.Context, commit func() (string, error)) (string, error) {
+	img, err := commit()
+	for try := 1; try < 3 && err != nil && strings.Contains(err.Error(), "layer not known"); try++ {
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(100 * time.Millisecond):
+		}
+		img, err = commit()
 	}
-	return img, nil
+	return img, err
 }
 
 // ImageDetails implements [Imager.ImageDetails].
@@ -89,13 +109,19 @@ func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string)
 	if tag != "" {
 		name += ":" + tag
 	}
-	res, err := d.run(ctx, "commit", id, exec.Command{Args: append(args, id, name)})
+	res, err := commitAgain(ctx, func() (string, error) {
+		res, err := d.run(ctx, "commit", id, exec.Command{Args: append(args, id, name)})
+		if err != nil {
+			return "", err
+		}
+		return res.Stdout, nil
+	})
 	if err != nil {
 		return "", err
 	}
-	img := strings.TrimSpace(res.Stdout)
+	img := strings.TrimSpace(res)
 	if _, err := hex.DecodeString(img); err != nil || len(img) != 64 {
-		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", ErrPodman, res.Stdout)
+		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", ErrPodman, res)
 	}
 	return img, nil
 }
