@@ -118,7 +118,11 @@ type Snapshot struct {
 	// OwnerPID and OwnerHost are the process that took it and its host.
 	OwnerPID  int
 	OwnerHost string
-	// Labels are all its labels, podvm's included.
+	// Labels are its labels: as [ListSnapshots] lists it, all of them;
+	// as [TakeSnapshot] returns it, those it gave it (podvm's and
+	// [SnapshotOptions.Labels]), without those the image has from the
+	// sandbox (its [Config.Labels]), which would cost Podman one more
+	// call.
 	Labels map[string]string
 }
 
@@ -326,14 +330,18 @@ func validRemoveRef(ref string) error {
 // takeSnapshot commits container id as repo:tag.
 func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
 	ref := repo + ":" + tag
-	old, err := im.ImageDetails(ctx, ref)
-	switch {
-	case errors.Is(err, ErrImageNotFound):
-		old = podman.Image{}
-	case err != nil:
-		return nil, err
-	case old.Labels[LabelSnapshot] != "true" && !opts.Replace:
-		return nil, fmt.Errorf("%w: snapshot as %s: image %.12s has that name and podvm did not make it; set SnapshotOptions.Replace to take the name", ErrImageExists, ref, old.ID)
+	var old podman.Image
+	if opts.Name != "" { // podvm's own names are random: none is taken
+		var err error
+		old, err = im.ImageDetails(ctx, ref)
+		switch {
+		case errors.Is(err, ErrImageNotFound):
+			old = podman.Image{}
+		case err != nil:
+			return nil, err
+		case old.Labels[LabelSnapshot] != "true" && !opts.Replace:
+			return nil, fmt.Errorf("%w: snapshot as %s: image %.12s has that name and podvm did not make it; set SnapshotOptions.Replace to take the name", ErrImageExists, ref, old.ID)
+		}
 	}
 	token := randomHex()
 	labels := snapshotLabels(id, token, opts.Labels)
@@ -352,18 +360,29 @@ func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, o
 		return nil, err
 	}
 	if old.ID != "" && old.ID != imgID && old.Labels[LabelSnapshot] == "true" {
-		// The name moved: the old snapshot goes unless a sandbox uses it
-		// or it has other names.
-		if details, err := im.ImageDetails(ctx, old.ID); err == nil && len(details.Names) == 0 {
-			_ = im.RemoveImage(ctx, old.ID)
-		}
+		removeReplaced(ctx, im, old.ID)
 	}
 	snap := snapshotOf(podman.Image{ID: imgID, Names: []string{ref}, Labels: labels})
-	if img, err := im.ImageDetails(ctx, imgID); err == nil {
-		snap = snapshotOf(img)
-	}
-	snap.Image = ref
 	return &snap, nil
+}
+
+// removeReplaced removes snapshot id, whose name moved to another, unless
+// it has other names or a sandbox uses it. Another commit or removal on
+// the same storage can make one attempt fail (see podman.Imager.Commit):
+// it tries three times; a snapshot left carries its labels, for Reap.
+func removeReplaced(ctx context.Context, im podman.Imager, id string) {
+	for try := 0; try < 3; try++ {
+		img, err := im.ImageDetails(ctx, id)
+		if err == nil && len(img.Names) > 0 {
+			return
+		}
+		if err == nil {
+			err = im.RemoveImage(ctx, id)
+		}
+		if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // snapshotLabels are the labels of a snapshot of container id.

@@ -106,10 +106,10 @@ func TestSnapshotNameTaken(t *testing.T) {
 	t.Parallel()
 	users := podman.Image{ID: strings.Repeat("a", 64), Names: []string{"localhost/x:latest"}, Labels: map[string]string{"team": "mine"}}
 	f := &fakeImager{images: map[string]podman.Image{users.ID: users}}
-	_, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{})
+	_, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Name: "x"})
 	require.ErrorIs(t, err, ErrImageExists)
 	assert.Len(t, f.images, 1, "something was committed")
-	snap, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Replace: true})
+	snap, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Name: "x", Replace: true})
 	require.NoError(t, err)
 	assert.Equal(t, "localhost/x:latest", snap.Image)
 	assert.Contains(t, f.images, users.ID, "the user's image was removed")
