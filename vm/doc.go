@@ -25,7 +25,8 @@
 // agent.go; the agent's binary reaches the sandbox by
 // internal/agent/install.go), how a stopped Run is killed inside the
 // sandbox in kill.go (through the agent, the run's shim kills its whole
-// tree: internal/agent/server/shim_linux.go), the copies in copy.go, and
+// tree: internal/agent/server/shim_linux.go), the copies in copy.go,
+// snapshots in snapshot.go (the commit: internal/podman/snapshot.go), and
 // how Podman's errors are recognised, for both transports, in
 // internal/podman/errors.go.
 package vm
