@@ -294,3 +294,45 @@ func TestReapSnapshots(t *testing.T) {
 	assert.Equal(t, []string{used}, removed)
 	assert.False(t, slices.Contains(removed, users))
 }
+
+// A sandbox writing to its own filesystem while its snapshot is taken:
+// the writer goes on undisturbed, the snapshot succeeds, and it holds
+// what had been written when Podman read it (a prefix of the file).
+func TestSnapshotWhileWriting(t *testing.T) {
+	env := podmantest.Need(t)
+	for name, h := range map[string]vmtest.Harness{"api": apiHarness(env, false), "cli": cliHarness(env, false)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			k, w := snapTestLabel(t, env)
+			v := prepared(ctx, t, h, vm.Config{})
+			var wg sync.WaitGroup
+			var res *exec.Result
+			var err error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err = v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c",
+					"i=0; while [ $i -lt 64 ]; do dd if=/dev/zero bs=1M count=1 2>/dev/null >> /var/prep/growing; i=$((i+1)); done; wc -c < /var/prep/growing"}})
+			}()
+			time.Sleep(100 * time.Millisecond)
+			snap, serr := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Labels: map[string]string{k: w}})
+			wg.Wait()
+			require.NoError(t, serr)
+			require.NoError(t, err)
+			assert.Equal(t, strconv.Itoa(64<<20)+"\n", res.Stdout, "the writer was disturbed: %s", res.Stderr)
+			x := prepared(ctx, t, h, vm.Config{Image: snap.Image})
+			got, err := x.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "wc -c < /var/prep/growing; cat /var/prep/cache"}})
+			require.NoError(t, err)
+			lines := strings.Fields(got.Stdout)
+			require.Len(t, lines, 2, got.Stdout+got.Stderr)
+			n, _ := strconv.Atoi(lines[0])
+			assert.LessOrEqual(t, n, 64<<20)
+			assert.Equal(t, "warmed", lines[1])
+			t.Logf("the snapshot caught %d of %d bytes", n, 64<<20)
+			require.NoError(t, x.Remove(ctx))
+			require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
+		})
+	}
+}
