@@ -37,6 +37,25 @@ func snapTestLabel(t *testing.T, env podmantest.Env) (string, string) {
 	return "io.podvm.test", v
 }
 
+// snapSetup gives a test its deadline and the label of its snapshots.
+func snapSetup(t *testing.T, env podmantest.Env) (context.Context, string, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	k, w := snapTestLabel(t, env)
+	return ctx, k, w
+}
+
+// onBothBackends runs test on APIVM and on CLIVM (through the agent), in
+// parallel subtests.
+func onBothBackends(t *testing.T, env podmantest.Env, test func(t *testing.T, name string, h vmtest.Harness)) {
+	for name, h := range map[string]vmtest.Harness{"api": apiHarness(env, false), "cli": cliHarness(env, false)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, name, h)
+		})
+	}
+}
+
 // podmanIgnore runs podman against env's service, whatever it answers.
 func podmanIgnore(ctx context.Context, env podmantest.Env, args ...string) string {
 	res, err := exec.NewCommandExecutor().Run(ctx, exec.Command{Name: "podman", Args: append([]string{"--url", env.Host}, args...)})
@@ -70,80 +89,73 @@ func prepared(ctx context.Context, t *testing.T, h vmtest.Harness, cfg vm.Config
 // (which goes), and removal refused for an image that is not a snapshot.
 func TestSnapshotNames(t *testing.T) {
 	env := podmantest.Need(t)
-	for name, h := range map[string]vmtest.Harness{"api": apiHarness(env, false), "cli": cliHarness(env, false)} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			k, w := snapTestLabel(t, env)
-			labels := map[string]string{k: w}
-			v := prepared(ctx, t, h, vm.Config{Labels: labels})
-			testImageID := strings.TrimSpace(podman(ctx, t, env, "image", "inspect", "--format", "{{.Id}}", env.Image))
+	onBothBackends(t, env, func(t *testing.T, name string, h vmtest.Harness) {
+		ctx, k, w := snapSetup(t, env)
+		labels := map[string]string{k: w}
+		v := prepared(ctx, t, h, vm.Config{Labels: labels})
+		testImageID := strings.TrimSpace(podman(ctx, t, env, "image", "inspect", "--format", "{{.Id}}", env.Image))
 
-			// The caller's name, completed as Podman completes it.
-			mine := "podvm-snaptest-" + strings.ToLower(name) + "-" + strconv.Itoa(os.Getpid())
-			first, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: mine, Labels: labels})
-			require.NoError(t, err)
-			assert.Equal(t, "localhost/"+mine+":latest", first.Image)
-			assert.True(t, imageExists(ctx, env, first.Image))
+		// The caller's name, completed as Podman completes it.
+		mine := "podvm-snaptest-" + strings.ToLower(name) + "-" + strconv.Itoa(os.Getpid())
+		first, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: mine, Labels: labels})
+		require.NoError(t, err)
+		assert.Equal(t, "localhost/"+mine+":latest", first.Image)
+		assert.True(t, imageExists(ctx, env, first.Image))
 
-			// The same name again: it moves to the new snapshot, and the
-			// old one, unused, is removed.
-			_, err = v.Run(ctx, exec.Command{Name: "touch", Args: []string{"/var/prep/second"}})
-			require.NoError(t, err)
-			second, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: mine, Labels: labels})
-			require.NoError(t, err)
-			assert.NotEqual(t, first.ID, second.ID)
-			assert.False(t, imageExists(ctx, env, first.ID), "the snapshot whose name moved is left behind")
+		// The same name again: it moves to the new snapshot, and the
+		// old one, unused, is removed.
+		_, err = v.Run(ctx, exec.Command{Name: "touch", Args: []string{"/var/prep/second"}})
+		require.NoError(t, err)
+		second, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: mine, Labels: labels})
+		require.NoError(t, err)
+		assert.NotEqual(t, first.ID, second.ID)
+		assert.False(t, imageExists(ctx, env, first.ID), "the snapshot whose name moved is left behind")
 
-			// An image podvm did not make: refused, and untouched.
-			_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: env.Image, Labels: labels})
-			require.ErrorIs(t, err, vm.ErrImageExists)
-			assert.Contains(t, err.Error(), "Replace")
-			assert.Equal(t, testImageID, strings.TrimSpace(podman(ctx, t, env, "image", "inspect", "--format", "{{.Id}}", env.Image)))
+		// An image podvm did not make: refused, and untouched.
+		_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: env.Image, Labels: labels})
+		require.ErrorIs(t, err, vm.ErrImageExists)
+		assert.Contains(t, err.Error(), "Replace")
+		assert.Equal(t, testImageID, strings.TrimSpace(podman(ctx, t, env, "image", "inspect", "--format", "{{.Id}}", env.Image)))
 
-			// Unless asked: a name of the user's (a tag of the test
-			// image) moves; the image keeps its ID and other names.
-			users := "localhost/podvm-snaptest-users-" + strings.ToLower(name) + ":" + strconv.Itoa(os.Getpid())
-			podman(ctx, t, env, "tag", env.Image, users)
-			t.Cleanup(func() { podmanIgnore(context.Background(), env, "rmi", users) })
-			_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: users, Labels: labels})
-			require.ErrorIs(t, err, vm.ErrImageExists)
-			taken, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: users, Replace: true, Labels: labels})
-			require.NoError(t, err)
-			assert.Equal(t, users, taken.Image)
-			assert.True(t, imageExists(ctx, env, testImageID), "the user's image was removed")
-			assert.True(t, imageExists(ctx, env, env.Image))
+		// Unless asked: a name of the user's (a tag of the test
+		// image) moves; the image keeps its ID and other names.
+		users := "localhost/podvm-snaptest-users-" + strings.ToLower(name) + ":" + strconv.Itoa(os.Getpid())
+		podman(ctx, t, env, "tag", env.Image, users)
+		t.Cleanup(func() { podmanIgnore(context.Background(), env, "rmi", users) })
+		_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: users, Labels: labels})
+		require.ErrorIs(t, err, vm.ErrImageExists)
+		taken, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: users, Replace: true, Labels: labels})
+		require.NoError(t, err)
+		assert.Equal(t, users, taken.Image)
+		assert.True(t, imageExists(ctx, env, testImageID), "the user's image was removed")
+		assert.True(t, imageExists(ctx, env, env.Image))
 
-			// Removal refuses what is not a snapshot.
-			err = vm.RemoveSnapshot(ctx, v, env.Image)
-			require.ErrorIs(t, err, vm.ErrNotSnapshot)
-			assert.True(t, imageExists(ctx, env, env.Image))
+		// Removal refuses what is not a snapshot.
+		err = vm.RemoveSnapshot(ctx, v, env.Image)
+		require.ErrorIs(t, err, vm.ErrNotSnapshot)
+		assert.True(t, imageExists(ctx, env, env.Image))
 
-			// Listed, with their labels.
-			list, err := vm.ListSnapshots(ctx, vm.WithURL(env.Host), vm.WithLabel(k, w))
-			require.NoError(t, err)
-			var ids []string
-			for _, s := range list {
-				ids = append(ids, s.ID)
-				assert.Equal(t, v.ID(), s.Source)
-				assert.Equal(t, os.Getpid(), s.OwnerPID)
-			}
-			assert.ElementsMatch(t, []string{second.ID, taken.ID}, ids)
+		// Listed, with their labels.
+		list, err := vm.ListSnapshots(ctx, vm.WithURL(env.Host), vm.WithLabel(k, w))
+		require.NoError(t, err)
+		var ids []string
+		for _, s := range list {
+			ids = append(ids, s.ID)
+			assert.Equal(t, v.ID(), s.Source)
+			assert.Equal(t, os.Getpid(), s.OwnerPID)
+		}
+		assert.ElementsMatch(t, []string{second.ID, taken.ID}, ids)
 
-			require.NoError(t, vm.RemoveSnapshot(ctx, v, second.Image))
-			require.NoError(t, vm.RemoveSnapshot(ctx, v, taken.Image))
-			assert.False(t, imageExists(ctx, env, second.ID))
-		})
-	}
+		require.NoError(t, vm.RemoveSnapshot(ctx, v, second.Image))
+		require.NoError(t, vm.RemoveSnapshot(ctx, v, taken.Image))
+		assert.False(t, imageExists(ctx, env, second.ID))
+	})
 }
 
 // A pool makes its sandboxes from a snapshot like from any image.
 func TestSnapshotPool(t *testing.T) {
 	env := podmantest.Need(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	k, w := snapTestLabel(t, env)
+	ctx, k, w := snapSetup(t, env)
 	v := prepared(ctx, t, apiHarness(env, false), vm.Config{})
 	snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Labels: map[string]string{k: w}})
 	require.NoError(t, err)
@@ -166,9 +178,7 @@ func TestSnapshotPool(t *testing.T) {
 // empty mount point, as a Podman exec sandbox, which has no agent, shows.
 func TestSnapshotLeavesTheMountedAgentOut(t *testing.T) {
 	env := podmantest.Need(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	k, w := snapTestLabel(t, env)
+	ctx, k, w := snapSetup(t, env)
 	v := prepared(ctx, t, apiHarness(env, false), vm.Config{})
 	res, err := v.Run(ctx, exec.Command{Name: "grep", Args: []string{" /.podvm ", "/proc/mounts"}})
 	require.NoError(t, err)
@@ -193,9 +203,7 @@ func TestSnapshotRemoteHoldsTheCopiedAgent(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	env.Host = startService(t, fmt.Sprintf("tcp://127.0.0.1:%d", port)).uri
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	k, w := snapTestLabel(t, env)
+	ctx, k, w := snapSetup(t, env)
 	v := prepared(ctx, t, apiHarness(env, false), vm.Config{})
 	snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Labels: map[string]string{k: w}})
 	require.NoError(t, err)
@@ -214,38 +222,33 @@ func TestSnapshotRemoteHoldsTheCopiedAgent(t *testing.T) {
 // completed, or failed with an error and left no image.
 func TestSnapshotSandboxRemovedMidway(t *testing.T) {
 	env := podmantest.Need(t)
-	for name, h := range map[string]vmtest.Harness{"api": apiHarness(env, false), "cli": cliHarness(env, false)} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			k, w := snapTestLabel(t, env)
-			v := prepared(ctx, t, h, vm.Config{})
-			// A layer that takes a moment to commit.
-			res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "dd if=/dev/urandom of=/var/prep/big bs=1M count=48 2>/dev/null"}})
-			require.NoError(t, err)
-			require.Equal(t, 0, res.ExitCode)
-			ref := "localhost/podvm-snaptest-midway-" + name + ":" + w[len(w)-6:]
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				time.Sleep(50 * time.Millisecond)
-				assert.NoError(t, h.RemoveContainer(ctx, v.ID()))
-			}()
-			snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: ref, Labels: map[string]string{k: w}})
-			wg.Wait()
-			t.Logf("snapshot: %v", err)
-			if err == nil {
-				require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
-				return
-			}
-			assert.False(t, imageExists(ctx, env, ref), "a failed snapshot left its image")
-			list, lerr := vm.ListSnapshots(ctx, vm.WithURL(env.Host), vm.WithLabel(k, w))
-			require.NoError(t, lerr)
-			assert.Empty(t, list, "a failed snapshot left an image")
-		})
-	}
+	onBothBackends(t, env, func(t *testing.T, name string, h vmtest.Harness) {
+		ctx, k, w := snapSetup(t, env)
+		v := prepared(ctx, t, h, vm.Config{})
+		// A layer that takes a moment to commit.
+		res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "dd if=/dev/urandom of=/var/prep/big bs=1M count=48 2>/dev/null"}})
+		require.NoError(t, err)
+		require.Equal(t, 0, res.ExitCode)
+		ref := "localhost/podvm-snaptest-midway-" + name + ":" + w[len(w)-6:]
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(50 * time.Millisecond)
+			assert.NoError(t, h.RemoveContainer(ctx, v.ID()))
+		}()
+		snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: ref, Labels: map[string]string{k: w}})
+		wg.Wait()
+		t.Logf("snapshot: %v", err)
+		if err == nil {
+			require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
+			return
+		}
+		assert.False(t, imageExists(ctx, env, ref), "a failed snapshot left its image")
+		list, lerr := vm.ListSnapshots(ctx, vm.WithURL(env.Host), vm.WithLabel(k, w))
+		require.NoError(t, lerr)
+		assert.Empty(t, list, "a failed snapshot left an image")
+	})
 }
 
 // Reap with WithSnapshots removes the snapshots of dead owners of this
@@ -253,9 +256,7 @@ func TestSnapshotSandboxRemovedMidway(t *testing.T) {
 // an image without podvm's snapshot label, not one a container uses.
 func TestReapSnapshots(t *testing.T) {
 	env := podmantest.Need(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	k, w := snapTestLabel(t, env)
+	ctx, k, w := snapSetup(t, env)
 	v := prepared(ctx, t, apiHarness(env, false), vm.Config{})
 	dead := osexec.Command("true")
 	require.NoError(t, dead.Run())
@@ -300,39 +301,34 @@ func TestReapSnapshots(t *testing.T) {
 // what had been written when Podman read it (a prefix of the file).
 func TestSnapshotWhileWriting(t *testing.T) {
 	env := podmantest.Need(t)
-	for name, h := range map[string]vmtest.Harness{"api": apiHarness(env, false), "cli": cliHarness(env, false)} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			k, w := snapTestLabel(t, env)
-			v := prepared(ctx, t, h, vm.Config{})
-			var wg sync.WaitGroup
-			var res *exec.Result
-			var err error
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err = v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c",
-					"i=0; while [ $i -lt 64 ]; do dd if=/dev/zero bs=1M count=1 2>/dev/null >> /var/prep/growing; i=$((i+1)); done; wc -c < /var/prep/growing"}})
-			}()
-			time.Sleep(100 * time.Millisecond)
-			snap, serr := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Labels: map[string]string{k: w}})
-			wg.Wait()
-			require.NoError(t, serr)
-			require.NoError(t, err)
-			assert.Equal(t, strconv.Itoa(64<<20)+"\n", res.Stdout, "the writer was disturbed: %s", res.Stderr)
-			x := prepared(ctx, t, h, vm.Config{Image: snap.Image})
-			got, err := x.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "wc -c < /var/prep/growing; cat /var/prep/cache"}})
-			require.NoError(t, err)
-			lines := strings.Fields(got.Stdout)
-			require.Len(t, lines, 2, got.Stdout+got.Stderr)
-			n, _ := strconv.Atoi(lines[0])
-			assert.LessOrEqual(t, n, 64<<20)
-			assert.Equal(t, "warmed", lines[1])
-			t.Logf("the snapshot caught %d of %d bytes", n, 64<<20)
-			require.NoError(t, x.Remove(ctx))
-			require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
-		})
-	}
+	onBothBackends(t, env, func(t *testing.T, name string, h vmtest.Harness) {
+		ctx, k, w := snapSetup(t, env)
+		v := prepared(ctx, t, h, vm.Config{})
+		var wg sync.WaitGroup
+		var res *exec.Result
+		var err error
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err = v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c",
+				"i=0; while [ $i -lt 64 ]; do dd if=/dev/zero bs=1M count=1 2>/dev/null >> /var/prep/growing; i=$((i+1)); done; wc -c < /var/prep/growing"}})
+		}()
+		time.Sleep(100 * time.Millisecond)
+		snap, serr := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Labels: map[string]string{k: w}})
+		wg.Wait()
+		require.NoError(t, serr)
+		require.NoError(t, err)
+		assert.Equal(t, strconv.Itoa(64<<20)+"\n", res.Stdout, "the writer was disturbed: %s", res.Stderr)
+		x := prepared(ctx, t, h, vm.Config{Image: snap.Image})
+		got, err := x.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "wc -c < /var/prep/growing; cat /var/prep/cache"}})
+		require.NoError(t, err)
+		lines := strings.Fields(got.Stdout)
+		require.Len(t, lines, 2, got.Stdout+got.Stderr)
+		n, _ := strconv.Atoi(lines[0])
+		assert.LessOrEqual(t, n, 64<<20)
+		assert.Equal(t, "warmed", lines[1])
+		t.Logf("the snapshot caught %d of %d bytes", n, 64<<20)
+		require.NoError(t, x.Remove(ctx))
+		require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
+	})
 }

@@ -53,35 +53,53 @@ func (c *Client) ImageList(ctx context.Context, labels ...string) ([]Image, erro
 	if err != nil {
 		return nil, err
 	}
-	var list []struct {
-		ID      string            `json:"Id"`
-		Names   []string          `json:"Names"`
-		Labels  map[string]string `json:"Labels"`
-		Created int64             `json:"Created"`
-	}
+	var list []ListedImage
 	if err := decode(op, resp, &list); err != nil {
 		return nil, err
 	}
+	return Images(list), nil
+}
+
+// ListedImage is an image as the service's list and `podman images
+// --format json` spell it.
+type ListedImage struct {
+	ID      string            `json:"Id"`
+	Names   []string          `json:"Names"`
+	Labels  map[string]string `json:"Labels"`
+	Created int64             `json:"Created"` // Unix seconds
+}
+
+// Images converts listed images.
+func Images(list []ListedImage) []Image {
 	out := make([]Image, 0, len(list))
 	for _, l := range list {
 		out = append(out, Image{ID: l.ID, Names: l.Names, Labels: l.Labels, Created: time.Unix(l.Created, 0)})
 	}
-	return out, nil
+	return out
+}
+
+// InspectedImage is an image as the service's inspect and `podman image
+// inspect` spell it.
+type InspectedImage struct {
+	ID       string            `json:"Id"`
+	RepoTags []string          `json:"RepoTags"`
+	Labels   map[string]string `json:"Labels"`
+	Created  time.Time         `json:"Created"`
+}
+
+// Image converts an inspected image.
+func (i InspectedImage) Image() Image {
+	return Image{ID: i.ID, Names: i.RepoTags, Labels: i.Labels, Created: i.Created}
 }
 
 // ImageDetails returns the ID, names, labels and creation time of image
 // ref.
 func (c *Client) ImageDetails(ctx context.Context, ref string) (Image, error) {
-	var out struct {
-		ID       string            `json:"Id"`
-		RepoTags []string          `json:"RepoTags"`
-		Labels   map[string]string `json:"Labels"`
-		Created  time.Time         `json:"Created"`
-	}
+	var out InspectedImage
 	if err := c.getJSON(ctx, "image inspect", "/images/%s/json", ref, &out); err != nil {
 		return Image{}, err
 	}
-	return Image{ID: out.ID, Names: out.RepoTags, Labels: out.Labels, Created: out.Created}, nil
+	return out.Image(), nil
 }
 
 // ImageRemove removes image ref without force: a name of an image that

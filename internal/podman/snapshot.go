@@ -133,17 +133,11 @@ func (d CLI) ImageDetails(ctx context.Context, ref string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	var out []struct {
-		ID       string            `json:"Id"`
-		RepoTags []string          `json:"RepoTags"`
-		Labels   map[string]string `json:"Labels"`
-		Created  time.Time         `json:"Created"`
-	}
+	var out []libpod.InspectedImage
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || len(out) != 1 {
 		return Image{}, fmt.Errorf("%w: podman image inspect %s: unexpected answer (%v)", ErrPodman, ref, err)
 	}
-	o := out[0]
-	return Image{ID: o.ID, Names: o.RepoTags, Labels: o.Labels, Created: o.Created}, nil
+	return out[0].Image(), nil
 }
 
 // Images implements [Imager.Images] with `podman images`.
@@ -152,20 +146,11 @@ func (d CLI) Images(ctx context.Context, label string) ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	var list []struct {
-		ID      string            `json:"Id"`
-		Names   []string          `json:"Names"`
-		Labels  map[string]string `json:"Labels"`
-		Created int64             `json:"Created"`
-	}
+	var list []libpod.ListedImage
 	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
 		return nil, fmt.Errorf("%w: podman images: %v", ErrPodman, err)
 	}
-	out := make([]Image, 0, len(list))
-	for _, l := range list {
-		out = append(out, Image{ID: l.ID, Names: l.Names, Labels: l.Labels, Created: time.Unix(l.Created, 0)})
-	}
-	return out, nil
+	return libpod.Images(list), nil
 }
 
 // RemoveImage implements [Imager.RemoveImage] with `podman rmi`.
