@@ -37,7 +37,11 @@ import (
 // the sandbox's, as Podman commits it: its Env, Workdir and User, and its
 // labels (podvm's, see below, and the sandbox's [Config.Labels]), become
 // the image's, and so the defaults of the sandboxes made from it; its
-// entrypoint is podvm's, so the image is for podvm's sandboxes.
+// entrypoint is podvm's, so the image is for podvm's sandboxes. A secret
+// the preparation needs (a token to fetch modules) belongs in the Run's
+// [github.com/podvm/podvm/exec.Command] Env, which no snapshot holds, not
+// in Config.Env, which
+// every snapshot and every sandbox made from it would carry.
 //
 // A file being written while the snapshot is taken may be captured
 // part-written: let the writers finish (a Run that returned has) before
@@ -265,7 +269,7 @@ var (
 	tagRE    = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127}$`)
 	// What Podman's change parsing keeps verbatim in a label.
 	labelKeyRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]*$`)
-	labelValueRE = regexp.MustCompile(`^[^\s,"'\\=\x00-\x1f\x7f]*$`)
+	labelValueRE = regexp.MustCompile(`^[^\s,"'\\\x00-\x1f\x7f]*$`)
 )
 
 // reference returns the repository (with its registry) and tag the
@@ -273,7 +277,7 @@ var (
 func (o SnapshotOptions) reference() (repo, tag string, err error) {
 	for k, v := range o.Labels {
 		if !labelKeyRE.MatchString(k) || len(k) > 256 || !labelValueRE.MatchString(v) || len(v) > 4096 {
-			return "", "", fmt.Errorf("%w: label %q=%q: want a key of letters, digits, '.', '_', '/', '-' and a value without blanks, commas, quotes, backslashes or '='", ErrInvalidSnapshot, k, v)
+			return "", "", fmt.Errorf("%w: label %q=%q: want a key of letters, digits, '.', '_', '/', '-' and a value without blanks, commas, quotes or backslashes", ErrInvalidSnapshot, k, v)
 		}
 	}
 	if o.Name == "" {
