@@ -40,8 +40,8 @@ import (
 // entrypoint is podvm's, so the image is for podvm's sandboxes. A secret
 // the preparation needs (a token to fetch modules) belongs in the Run's
 // [github.com/podvm/podvm/exec.Command] Env, which no snapshot holds, not
-// in Config.Env, which
-// every snapshot and every sandbox made from it would carry.
+// in Config.Env, which every snapshot and every sandbox made from it would
+// carry.
 //
 // A file being written while the snapshot is taken may be captured
 // part-written: let the writers finish (a Run that returned has) before
