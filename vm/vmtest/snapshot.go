@@ -103,7 +103,7 @@ func fromSnapshot(ctx context.Context, t *testing.T, h Harness, snap *vm.Snapsho
 // bind mount of a host directory of its own.
 func holdsTheLayer(h Harness) testCase {
 	var dir string
-	return testCase{Name: "snapshot/holds-the-layer", Promise: "a sandbox from a snapshot has the files the source wrote to its own filesystem, not those of its bind mounts, its processes or podvm's bind-mounted agent",
+	return testCase{Name: "snapshot/holds-the-layer", Promise: "a sandbox from a snapshot has the files the source wrote to its own filesystem and its Config.Env, not its bind mounts' files, its processes, a Run's Env or podvm's bind-mounted agent",
 		Config: func(c *vm.Config) {
 			d, err := os.MkdirTemp("", "podvm-snap-")
 			if err != nil {
@@ -113,6 +113,7 @@ func holdsTheLayer(h Harness) testCase {
 			_ = os.Chmod(d, 0o777) // for any user of the sandbox
 			dir = d
 			c.Mounts = []vm.Mount{{Source: d, Target: "/mnt/host"}}
+			c.Env = []string{"PREPARED_BY=config"}
 		},
 		Deadline: 2 * time.Minute,
 		Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
@@ -122,9 +123,11 @@ func holdsTheLayer(h Harness) testCase {
 }
 
 func snapshotHoldsTheLayer(ctx context.Context, t *testing.T, h Harness, v vm.VM) []observation {
-	res, err := v.Run(ctx, sh(`mkdir -p /var/prep && echo warmed > /var/prep/cache && echo in-tmp > /tmp/t &&
+	prep := sh(`mkdir -p /var/prep && echo warmed > /var/prep/cache && echo in-tmp > /tmp/t &&
 			echo on-host > /mnt/host/written && (setsid sleep 3012 >/dev/null 2>&1 &) &&
-			if grep -q ' /.podvm ' /proc/mounts; then echo mounted; elif [ -e /.podvm ]; then echo copied; else echo none; fi`))
+			if grep -q ' /.podvm ' /proc/mounts; then echo mounted; elif [ -e /.podvm ]; then echo copied; else echo none; fi`)
+	prep.Env = []string{"SECRET_TOKEN=s3cret"} // the Run's own: in no snapshot
+	res, err := v.Run(ctx, prep)
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("preparing: %v %+v", err, res)
 	}
@@ -142,8 +145,8 @@ func snapshotHoldsTheLayer(ctx context.Context, t *testing.T, h Harness, v vm.VM
 	want(t, res, err, "", "", 0)
 
 	w := fromSnapshot(ctx, t, h, snap, vm.Config{})
-	res, err, o := run(ctx, w, "from snapshot", sh(`cat /var/prep/cache /tmp/t; ls -A /mnt/host; ls /var/prep; ps -o args | grep -c '[s]leep 3012'`))
-	want(t, res, err, "warmed\nin-tmp\ncache\n0\n", "", 1)
+	res, err, o := run(ctx, w, "from snapshot", sh(`cat /var/prep/cache /tmp/t; ls -A /mnt/host; ls /var/prep; echo "env: $PREPARED_BY ${SECRET_TOKEN:-none}"; ps -o args | grep -c '[s]leep 3012'`))
+	want(t, res, err, "warmed\nin-tmp\ncache\nenv: config none\n0\n", "", 1)
 	// What the image holds at /.podvm, where the new sandbox has no
 	// agent of its own mounted over it (vm's own tests look beneath
 	// one, with a Podman exec sandbox).
