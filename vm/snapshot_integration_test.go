@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -229,7 +230,7 @@ func TestSnapshotSandboxRemovedMidway(t *testing.T) {
 		res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "dd if=/dev/urandom of=/var/prep/big bs=1M count=48 2>/dev/null"}})
 		require.NoError(t, err)
 		require.Equal(t, 0, res.ExitCode)
-		ref := "localhost/podvm-snaptest-midway-" + name + ":" + w[len(w)-6:]
+		ref := "localhost/podvm-snaptest-midway-" + name + ":" + strconv.Itoa(os.Getpid())
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -240,6 +241,9 @@ func TestSnapshotSandboxRemovedMidway(t *testing.T) {
 		snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: ref, Labels: map[string]string{k: w}})
 		wg.Wait()
 		t.Logf("snapshot: %v", err)
+		if err != nil && !errors.Is(err, vm.ErrNoSuchContainer) && !errors.Is(err, vm.ErrPodman) {
+			t.Errorf("snapshot of a sandbox removed midway: %v; want ErrNoSuchContainer, or Podman's failure", err)
+		}
 		if err == nil {
 			require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
 			return
@@ -331,4 +335,56 @@ func TestSnapshotWhileWriting(t *testing.T) {
 		require.NoError(t, x.Remove(ctx))
 		require.NoError(t, vm.RemoveSnapshot(ctx, v, snap.Image))
 	})
+}
+
+// A snapshot whose storage fills up midway (Podman writes the layer to a
+// temporary file first; here its TMPDIR is a 1 MiB tmpfs, a disk full
+// without filling the machine's) fails with Podman's error and leaves no
+// image; the sandbox runs on. The local podman only: a service's commit
+// writes where the service's TMPDIR says.
+func TestSnapshotStorageFull(t *testing.T) {
+	env := podmantest.Need(t)
+	x, mode := cliMode(env)
+	if x == nil {
+		t.Skip("needs the local podman: the commit's temporary files are the client's")
+	}
+	podmantest.NeedBinary(t, "unshare")
+	small := t.TempDir()
+	if out, err := osexec.Command("unshare", "-m", "sh", "-c", `mount -t tmpfs -o size=1m tmpfs "$0"`, small).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs in a mount namespace of its own: %v %s", err, out)
+	}
+	wrapper := small + ".podman"
+	require.NoError(t, os.WriteFile(wrapper, []byte(`#!/bin/sh
+for a in "$@"; do
+	if [ "$a" = commit ]; then
+		exec unshare -m sh -c 'p=$1; shift; mount -t tmpfs -o size=1m tmpfs "$0" && TMPDIR="$0" exec "$p" "$@"' "`+small+`" "`+env.Podman+`" "$@"
+	fi
+done
+exec "`+env.Podman+`" "$@"
+`), 0o755))
+	t.Cleanup(func() { os.Remove(wrapper) })
+	ctx, k, w := snapSetup(t, env)
+	v, err := vm.NewCLIVM(vm.Config{Image: env.Image}, x, append(mode, vm.WithPodman(wrapper))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, v.Remove(context.Background())) })
+	require.NoError(t, v.Create(ctx))
+	res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "dd if=/dev/urandom of=/big bs=1M count=8 2>/dev/null"}})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode)
+
+	ref := "localhost/podvm-snaptest-full:" + strconv.Itoa(os.Getpid())
+	_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: ref, Labels: map[string]string{k: w}})
+	require.ErrorIs(t, err, vm.ErrPodman)
+	var cerr *vm.CLIError
+	require.ErrorAs(t, err, &cerr, "Podman's own message is reachable")
+	t.Logf("snapshot: %v", err)
+	assert.Contains(t, cerr.Stderr, "storing layer", "not the storage failure this test makes")
+	assert.Contains(t, cerr.Stderr, "storing layer", "not the storage failure this test makes")
+	assert.False(t, imageExists(ctx, env, ref), "a failed snapshot left its image")
+	list, err := vm.ListSnapshots(ctx, vm.WithURL(env.Host), vm.WithLabel(k, w))
+	require.NoError(t, err)
+	assert.Empty(t, list, "a failed snapshot left an image")
+	res, err = v.Run(ctx, exec.Command{Name: "echo", Args: []string{"still here"}})
+	require.NoError(t, err)
+	assert.Equal(t, "still here\n", res.Stdout)
 }
