@@ -16,44 +16,10 @@ import (
 	"github.com/podvm/podvm/internal/podman"
 )
 
-// Snapshots: [TakeSnapshot] makes an image of a created sandbox's
-// filesystem, which [Config.Image] then names for fresh sandboxes (a
-// [Pool]'s too), so that what every sandbox needs (modules fetched, a
-// build cache warmed, a toolchain installed) is prepared once. Podman
-// commits the sandbox's container without pausing it.
-//
-// A snapshot holds the container's writable layer on top of its image:
-// every file the sandbox wrote to its own filesystem. It does not hold
-// what is not in that layer: the contents of bind mounts ([Config.Mounts]:
-// their mount points stay, empty), the tmpfs mounts (/tmp, /var/tmp and
-// /run under [Config.ReadOnlyRootfs], whose root filesystem holds nothing
-// the sandbox wrote), running processes, nor the agent's channel (the
-// container's stdio). podvm's agent, at /.podvm, is not in it when it was
-// bind-mounted (the service is on this machine: the snapshot has an empty
-// /.podvm); when the service is remote the agent was copied into the
-// container's layer, so the snapshot holds it (about 2.4 MB), and a
-// sandbox made from it gets the agent copied over it again, so that a
-// snapshot taken by one podvm works with another. The image's config is
-// the sandbox's, as Podman commits it: its Env, Workdir and User, and its
-// labels (podvm's, see below, and the sandbox's [Config.Labels]), become
-// the image's, and so the defaults of the sandboxes made from it; its
-// entrypoint is podvm's, so the image is for podvm's sandboxes. A secret
-// the preparation needs (a token to fetch modules) belongs in the Run's
-// [github.com/podvm/podvm/exec.Command] Env, which no snapshot holds, not
-// in Config.Env, which every snapshot and every sandbox made from it would
-// carry.
-//
-// A file being written while the snapshot is taken may be captured
-// part-written: let the writers finish (a Run that returned has) before
-// taking it. A Run in flight goes on undisturbed.
-//
-// Every snapshot carries the labels [LabelSnapshot] ("true"),
-// [LabelSnapshotSource] (the sandbox's container ID), [LabelOwnerPID],
-// [LabelOwnerHost] and [LabelCreated] of the process that took it, and
-// [LabelManaged] set to "", so that a container made from it outside
-// podvm is never taken for a podvm sandbox. [ListSnapshots] lists them,
-// [RemoveSnapshot] removes one, and [Reap] with [WithSnapshots] removes
-// those whose owner is gone.
+// This file is snapshots: a sandbox's container committed as an image
+// that fresh sandboxes start from (the commit itself is
+// internal/podman/snapshot.go). What a snapshot holds is documented on
+// [Snapshot].
 
 // Labels of a snapshot image, besides [LabelOwnerPID], [LabelOwnerHost]
 // and [LabelCreated] (the time it was taken).
@@ -104,7 +70,44 @@ type SnapshotOptions struct {
 }
 
 // Snapshot is an image [TakeSnapshot] made, as it returns it and
-// [ListSnapshots] lists it.
+// [ListSnapshots] lists it. [TakeSnapshot] makes an image of a created sandbox's
+// filesystem, which [Config.Image] then names for fresh sandboxes (a
+// [Pool]'s too), so that what every sandbox needs (modules fetched, a
+// build cache warmed, a toolchain installed) is prepared once. Podman
+// commits the sandbox's container without pausing it.
+//
+// A snapshot holds the container's writable layer on top of its image:
+// every file the sandbox wrote to its own filesystem. It does not hold
+// what is not in that layer: the contents of bind mounts ([Config.Mounts]:
+// their mount points stay, empty), the tmpfs mounts (/tmp, /var/tmp and
+// /run under [Config.ReadOnlyRootfs], whose root filesystem holds nothing
+// the sandbox wrote), running processes, nor the agent's channel (the
+// container's stdio). podvm's agent, at /.podvm, is not in it when it was
+// bind-mounted (the service is on this machine: the snapshot has an empty
+// /.podvm); when the service is remote the agent was copied into the
+// container's layer, so the snapshot holds it (about 2.4 MB), and a
+// sandbox made from it gets the agent copied over it again, so that a
+// snapshot taken by one podvm works with another. The image's config is
+// the sandbox's, as Podman commits it: its Env, Workdir and User, and its
+// labels (podvm's, see below, and the sandbox's [Config.Labels]), become
+// the image's, and so the defaults of the sandboxes made from it; its
+// entrypoint is podvm's, so the image is for podvm's sandboxes. A secret
+// the preparation needs (a token to fetch modules) belongs in the Run's
+// [github.com/podvm/podvm/exec.Command] Env, which no snapshot holds, not
+// in Config.Env, which every snapshot and every sandbox made from it would
+// carry.
+//
+// A file being written while the snapshot is taken may be captured
+// part-written: let the writers finish (a Run that returned has) before
+// taking it. A Run in flight goes on undisturbed.
+//
+// Every snapshot carries the labels [LabelSnapshot] ("true"),
+// [LabelSnapshotSource] (the sandbox's container ID), [LabelOwnerPID],
+// [LabelOwnerHost] and [LabelCreated] of the process that took it, and
+// [LabelManaged] set to "", so that a container made from it outside
+// podvm is never taken for a podvm sandbox. [ListSnapshots] lists them,
+// [RemoveSnapshot] removes one, and [Reap] with [WithSnapshots] removes
+// those whose owner is gone.
 type Snapshot struct {
 	// Image is the reference to set as [Config.Image]: the name it was
 	// taken under, in full ("localhost/name:tag"), or, as listed, its
@@ -146,8 +149,8 @@ var (
 	_ Snapshotter = (*CLIVM)(nil)
 )
 
-// TakeSnapshot makes an image of the filesystem of v, a created sandbox,
-// as the doc of [Snapshot] says what it holds, and returns it; v keeps
+// TakeSnapshot makes an image of the filesystem of v, a created sandbox
+// ([Snapshot] says what it holds and what not), and returns it; v keeps
 // running, and Runs in flight are not disturbed. Errors: v not created
 // [ErrNotCreated], removed [ErrRemoved] (also when Remove comes while
 // the snapshot is taken), its container gone [ErrNoSuchContainer]; an
