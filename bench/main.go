@@ -1,8 +1,8 @@
 // Command bench compares podvm with what its users would otherwise use, in
 // one run on one Podman service and one image, and prints the result as
 // markdown tables: exec round trips, sandbox lifecycles, stdout
-// throughput, memory while output streams, and concurrency, with the
-// ratios podvm sets itself as targets.
+// throughput, memory while output streams, concurrency, pools, files and
+// snapshots, with the ratios podvm sets itself as targets.
 //
 // The alternatives are the podman CLI run as a process (`podman --url
 // URL ...`), Podman's own Go bindings (pkg/bindings/containers), and the
@@ -124,6 +124,7 @@ func run() int {
 	}
 	b.report(os.Stdout)
 	b.reportPool(os.Stdout)
+	b.reportSnapshots(os.Stdout)
 	if cleanupErr != nil {
 		fmt.Fprintln(os.Stderr, "bench: cleanup:", cleanupErr)
 		return 1
@@ -166,6 +167,7 @@ type bench struct {
 	conc                        []concRow
 	leaks                       []string
 	pool                        []poolResult
+	snaps                       []snapshotResult // in snapshot.go
 }
 
 type memRow struct {
@@ -181,7 +183,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -237,7 +239,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		b.setupBares(ctx)
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue
@@ -436,6 +438,9 @@ func (b *bench) cleanup() error {
 		}
 	}
 	if err := b.p.removeLabelled(ctx, labelRun, b.p.labels[labelRun]); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.removeImages(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

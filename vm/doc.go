@@ -29,6 +29,7 @@
 // tree: internal/agent/server/shim_linux.go), the copies in copy.go (the
 // agent's file operations, which serve the copies and the file calls of
 // a sandbox with the agent, in files_agent.go and internal/agent/fsop),
-// and how Podman's errors are recognised, for both transports, in
+// snapshots in snapshot.go (the commit: internal/podman/snapshot.go), and
+// how Podman's errors are recognised, for both transports, in
 // internal/podman/errors.go.
 package vm

@@ -20,7 +20,7 @@ const (
 // DefaultPingTimeout bounds each socket probe of [New] and [Reap].
 const DefaultPingTimeout = 2 * time.Second
 
-// Option configures [New] and [Reap].
+// Option configures [New], [Reap] and [ListSnapshots].
 type Option func(*options)
 
 type options struct {
@@ -31,6 +31,7 @@ type options struct {
 	log         *slog.Logger
 	pingTimeout time.Duration
 	labels      map[string]string // Reap: required labels
+	snapshots   bool              // Reap: snapshots of dead owners too
 }
 
 // WithBackend restricts New to one backend; the default tries the API and
@@ -60,8 +61,10 @@ func WithExecutor(x exec.Executor) Option { return func(o *options) { o.x = x } 
 // reasons for it, and Reap's removals. The default discards them.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithLabel restricts [Reap] to sandboxes that also carry label key=value
-// (one of [Config.Labels]); repeat it to require several.
+// WithLabel restricts [Reap] to sandboxes (and, with [WithSnapshots],
+// snapshots) that also carry label key=value (one of [Config.Labels] or
+// [SnapshotOptions.Labels]), and [ListSnapshots] to such snapshots;
+// repeat it to require several.
 func WithLabel(key, value string) Option {
 	return func(o *options) {
 		if o.labels == nil {

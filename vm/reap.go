@@ -18,9 +18,11 @@ import (
 // podvm's [LabelManaged] label are never touched. A process ID reused by
 // an unrelated process keeps its sandboxes alive until the age rule takes
 // them. When some removals fail, Reap removes the others and returns the
-// failures joined. [WithLabel] narrows it to some sandboxes. Reap also
-// removes the agent channel directories (sockets, no data) that dead
-// processes of this machine left.
+// failures joined. [WithLabel] narrows it to some sandboxes.
+// [WithSnapshots] makes it remove snapshots too (see there): their image
+// IDs follow the containers' in the list. Reap also removes the agent
+// channel directories (sockets, no data) that dead processes of this
+// machine left.
 func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]string, error) {
 	o := newOptions(opts)
 	d, err := o.driver(ctx)
@@ -47,6 +49,9 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 		}
 		o.log.Info("podvm: reaped sandbox", "id", b.ID, "reason", why)
 		removed = append(removed, b.ID)
+	}
+	if o.snapshots {
+		removed, errs = reapSnapshots(ctx, d, o, host, removed, errs)
 	}
 	if n := reapChannelDirs(); n > 0 {
 		o.log.Info("podvm: removed the agent channel directories of dead processes", "count", n)

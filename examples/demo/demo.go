@@ -43,6 +43,8 @@ type demo struct {
 	toolchain []vm.Mount // goroot and what its links lead to, read-only
 	seed      string     // the Go program, mounted at srcDir
 	cache     string     // the demo's own build cache, mounted at cacheDir
+	greet     string     // the seed built from a snapshot, beside seed (snapshot.go)
+	proxy     string     // a Go module proxy in files, serving what greet needs
 	listener  *listener  // a port open on the host that sandboxes must not reach
 }
 

@@ -58,4 +58,5 @@ func TestDemo(t *testing.T) {
 	t.Log("\n" + out.String())
 	require.NoError(t, err)
 	require.Equal(t, 2, strings.Count(out.String(), "everything from the cache"), "a build missed the warm cache")
+	require.Equal(t, freshOnes, strings.Count(out.String(), "everything from the snapshot"), "a sandbox from the snapshot missed its caches")
 }

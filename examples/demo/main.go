@@ -3,7 +3,11 @@
 // program in it with the host's Go toolchain, runs it, lets a runaway
 // command hit its timeout and output cap, checks that nothing of the
 // runaway survived, and shows that the sandbox cannot reach a port the host
-// has open. It prints the results side by side, removes everything (also on
+// has open. It prints the results side by side. Then it prepares a
+// sandbox for a second seed once (its module fetched, its packages
+// compiled, in the sandbox's own filesystem), snapshots it, and compiles
+// and runs the seed in three fresh sandboxes started from the snapshot,
+// with nothing left to fetch or compile. It removes everything (also on
 // Ctrl-C), and exits 1 when something did not behave as promised, so it
 // doubles as a smoke test.
 //
@@ -87,6 +91,9 @@ func newDemo(ctx context.Context, image, url, seed, cache string) (*demo, error)
 	if d.seed, err = filepath.Abs(seed); err != nil {
 		return nil, err
 	}
+	// Beside the seed: testdata/seeds/greet and testdata/goproxy.
+	d.greet = filepath.Join(filepath.Dir(d.seed), "greet")
+	d.proxy = filepath.Join(filepath.Dir(filepath.Dir(d.seed)), "goproxy")
 	if d.cache, err = filepath.Abs(cache); err != nil {
 		return nil, err
 	}
@@ -161,6 +168,10 @@ func (d *demo) show(ctx context.Context, w io.Writer) error {
 	fmt.Fprintln(tw)
 	tw.Flush()
 
+	failures = append(failures, d.snapshots(ctx, w)...)
+	if ctx.Err() != nil {
+		return errors.New("interrupted; its sandboxes were removed")
+	}
 	if len(failures) > 0 {
 		fmt.Fprintf(w, "\n%s\n", strings.Join(failures, "\n"))
 		return errors.New("some promises were broken")

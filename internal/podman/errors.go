@@ -53,6 +53,8 @@ var podmanMessages = []struct {
 	{regexp.MustCompile(`no such container|no container with name or ID|container ".*" does not exist|no such exec session|container has already been removed`), ErrNoSuchContainer},
 	{regexp.MustCompile(`container state improper|container [^ ]+ is not running`), ErrContainerNotRunning},
 	{regexp.MustCompile(`that name is already in use`), ErrNameInUse},
+	// An image a container uses, refused by a removal without force.
+	{regexp.MustCompile(`image is in use by a container`), ErrImageInUse},
 	// The image: absent under --pull never, or no registry gave it.
 	{regexp.MustCompile(`image not known|failed to find image|no such image|initializing source docker://|did not resolve to an alias|manifest unknown`), ErrImageNotFound},
 	// A path given to a copy. `podman cp -` says the same of a missing

@@ -92,6 +92,7 @@ func TestAPIErrorMappingByMessage(t *testing.T) {
 		{&libpod.Error{Op: "o", Status: 500, Message: "can only create exec sessions on running containers: container state improper"}, ErrContainerNotRunning},
 		{&libpod.Error{Op: "o", Status: 404, Cause: "failed to find image x"}, ErrImageNotFound},
 		{&libpod.Error{Op: "o", Status: 404, Cause: "no such image"}, ErrImageNotFound},
+		{&libpod.Error{Op: "o", Status: 409, Cause: "image is in use by a container", Message: "image used by 14c8: image is in use by a container: consider listing external containers and force-removing image"}, ErrImageInUse},
 		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, ErrPodman},
 		{&libpod.Error{Op: "o", Err: io.ErrUnexpectedEOF}, ErrUnavailable},
 		{errors.New("not from libpod"), ErrPodman},
@@ -137,6 +138,9 @@ func TestCLIErrorSamples(t *testing.T) {
 		"command-exit-125":         nil,
 		"command-exit-126":         nil,
 		"command-exit-127":         nil,
+		"commit-no-such-container": ErrNoSuchContainer,
+		"image-inspect-not-known":  ErrImageNotFound,
+		"rmi-in-use":               ErrImageInUse,
 		"cp-in-no-such-container":  ErrNoSuchContainer,
 		"cp-out-no-such-container": ErrNoSuchContainer,
 		"cp-in-not-a-dir":          fs.ErrNotExist,
@@ -183,7 +187,7 @@ func TestCLIErrorSamples(t *testing.T) {
 			err := cliError(op, "thing", res)
 			assert.ErrorIs(t, err, w)
 			for _, other := range []error{ErrNoSuchContainer, ErrContainerNotRunning, ErrImageNotFound, ErrNameInUse,
-				ErrUnavailable, ErrPodman, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
+				ErrUnavailable, ErrPodman, ErrImageInUse, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
 				if other != w {
 					assert.NotErrorIs(t, err, other, "one sentinel per failure")
 				}

@@ -29,7 +29,10 @@ rec() {
 	echo "$name: exit $rc" >&2
 }
 
-cleanup() { remote rm -f -t 0 "$N" "$N-exited" "$N-oci" >/dev/null 2>&1; }
+cleanup() {
+	remote rm -f -t 0 "$N" "$N-exited" "$N-oci" "$N-user" >/dev/null 2>&1
+	remote rmi "localhost/$N:used" >/dev/null 2>&1
+}
 trap cleanup EXIT
 
 # race NAME CLIENT: `rm -f` of a container that exits by itself meanwhile,
@@ -63,6 +66,9 @@ fi
 remote run -d --name "$N" --label io.podvm.managed=true --network none --init \
 	--entrypoint '["/run/podman-init","-P"]' "$IMAGE" >/dev/null || exit 1
 remote run -d --name "$N-exited" --label io.podvm.managed=true --network none "$IMAGE" true >/dev/null || exit 1
+# An image of its own, used by a container: its removal is refused.
+remote commit -q --pause=false "$N" "localhost/$N:used" >/dev/null || exit 1
+remote create --name "$N-user" --label io.podvm.managed=true "localhost/$N:used" true >/dev/null || exit 1
 sleep 1
 
 for c in remote loc; do
@@ -83,6 +89,9 @@ for c in remote loc; do
 	rec "cp-in-not-a-dir-$c" $c cp - "$N:/etc/passwd"
 	rec "cp-out-no-such-path-$c" $c cp "$N:/no/such/path" -
 	rec "rm-no-such-container-$c" $c rm "$N-missing"
+	rec "commit-no-such-container-$c" $c commit -q --pause=false "$N-missing" "localhost/$N:never"
+	rec "image-inspect-not-known-$c" $c image inspect localhost/podvm-no-such-image:latest
+	rec "rmi-in-use-$c" $c rmi "localhost/$N:used"
 	remote rm -f -t 0 "$N-oci" >/dev/null 2>&1 # run leaves it behind when start fails
 done
 rec run-short-name-remote remote run -d --pull always --label io.podvm.managed=true podvm-no-such-image

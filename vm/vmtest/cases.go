@@ -394,6 +394,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, lifecycleCases(h)...)
 	cases = append(cases, trackedCases(h)...)
 	cases = append(cases, fileCases()...)
+	cases = append(cases, snapshotCases(h)...)
 	return append(cases, hardeningCases(h)...)
 }
 

@@ -1,0 +1,160 @@
+package podman
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/libpod"
+)
+
+// ErrImageInUse: an image could not be removed because a container uses
+// it. Package vm reports it as its ErrSnapshotInUse.
+var ErrImageInUse = errors.New("vm: image in use by a container")
+
+// Imager is what a [Driver] that can snapshot a container offers: a
+// commit, and the images it makes, listed, inspected and removed. Both
+// drivers implement it; package vm checks for it, so a driver without it
+// answers vm.ErrNotSupported.
+type Imager interface {
+	// Commit makes an image named repo:tag of container id's filesystem,
+	// without pausing it, with changes (Dockerfile instructions, no
+	// commas) applied to its config, and returns the image's ID.
+	Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error)
+	// ImageDetails describes image ref, or fails with [ErrImageNotFound].
+	ImageDetails(ctx context.Context, ref string) (Image, error)
+	// Images lists the images carrying label ("key=value").
+	Images(ctx context.Context, label string) ([]Image, error)
+	// RemoveImage removes image ref without force: one name of an image
+	// with several is untagged; an image a container uses is refused with
+	// [ErrImageInUse]; one already gone is [ErrImageNotFound].
+	RemoveImage(ctx context.Context, ref string) error
+}
+
+// Image is an image as [Imager] describes it.
+type Image = libpod.Image
+
+var (
+	_ Imager = API{}
+	_ Imager = CLI{}
+)
+
+// Commit implements [Imager.Commit] with POST /commit.
+func (a API) Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error) {
+	return commitAgain(ctx, func() (string, error) {
+		img, err := a.c.Commit(ctx, id, repo, tag, changes)
+		if err != nil {
+			return "", apiError("commit", id, err)
+		}
+		return img, nil
+	})
+}
+
+// commitAgain calls commit until it does not fail with Podman's "layer
+// not known", at most three times. Podman's storage can lose a layer it
+// just made to an image removal or another commit running at the same
+// time (containers/podman#24598, containers/buildah#5674); the image
+// was not made, and committing again succeeds.
+func commitAgain(ctx context.Context, commit func() (string, error)) (string, error) {
+	img, err := commit()
+	for try := 1; try < 3 && err != nil && strings.Contains(err.Error(), "layer not known"); try++ {
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(100 * time.Millisecond):
+		}
+		img, err = commit()
+	}
+	return img, err
+}
+
+// ImageDetails implements [Imager.ImageDetails].
+func (a API) ImageDetails(ctx context.Context, ref string) (Image, error) {
+	img, err := a.c.ImageDetails(ctx, ref)
+	if err != nil {
+		return Image{}, apiError("image inspect", ref, err)
+	}
+	return img, nil
+}
+
+// Images implements [Imager.Images].
+func (a API) Images(ctx context.Context, label string) ([]Image, error) {
+	list, err := a.c.ImageList(ctx, label)
+	if err != nil {
+		return nil, apiError("image list", "", err)
+	}
+	return list, nil
+}
+
+// RemoveImage implements [Imager.RemoveImage].
+func (a API) RemoveImage(ctx context.Context, ref string) error {
+	if err := a.c.ImageRemove(ctx, ref); err != nil {
+		return apiError("image remove", ref, err)
+	}
+	return nil
+}
+
+// Commit implements [Imager.Commit] with `podman commit --pause=false`.
+func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error) {
+	args := []string{"commit", "--pause=false", "-q", "--format", "oci"}
+	for _, ch := range changes {
+		args = append(args, "--change", ch)
+	}
+	name := repo
+	if tag != "" {
+		name += ":" + tag
+	}
+	res, err := commitAgain(ctx, func() (string, error) {
+		res, err := d.run(ctx, "commit", id, exec.Command{Args: append(args, id, name)})
+		if err != nil {
+			return "", err
+		}
+		return res.Stdout, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	img := strings.TrimSpace(res)
+	if _, err := hex.DecodeString(img); err != nil || len(img) != 64 {
+		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", ErrPodman, res)
+	}
+	return img, nil
+}
+
+// ImageDetails implements [Imager.ImageDetails] with `podman image
+// inspect`.
+func (d CLI) ImageDetails(ctx context.Context, ref string) (Image, error) {
+	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", ref}, MaxOutputBytes: 16 << 20})
+	if err != nil {
+		return Image{}, err
+	}
+	var out []libpod.InspectedImage
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || len(out) != 1 {
+		return Image{}, fmt.Errorf("%w: podman image inspect %s: unexpected answer (%v)", ErrPodman, ref, err)
+	}
+	return out[0].Image(), nil
+}
+
+// Images implements [Imager.Images] with `podman images`.
+func (d CLI) Images(ctx context.Context, label string) ([]Image, error) {
+	res, err := d.run(ctx, "images", "", exec.Command{Args: []string{"images", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
+	if err != nil {
+		return nil, err
+	}
+	var list []libpod.ListedImage
+	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
+		return nil, fmt.Errorf("%w: podman images: %v", ErrPodman, err)
+	}
+	return libpod.Images(list), nil
+}
+
+// RemoveImage implements [Imager.RemoveImage] with `podman rmi`.
+func (d CLI) RemoveImage(ctx context.Context, ref string) error {
+	_, err := d.run(ctx, "rmi", ref, exec.Command{Args: []string{"rmi", ref}})
+	return err
+}

@@ -1,0 +1,508 @@
+package vm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/podvm/podvm/internal/podman"
+)
+
+// This file is snapshots: a sandbox's container committed as an image
+// that fresh sandboxes start from (the commit itself is
+// internal/podman/snapshot.go). What a snapshot holds is documented on
+// [Snapshot].
+
+// Labels of a snapshot image, besides [LabelOwnerPID], [LabelOwnerHost]
+// and [LabelCreated] (the time it was taken).
+const (
+	LabelSnapshot       = "io.podvm.snapshot"        // "true"
+	LabelSnapshotSource = "io.podvm.snapshot.source" // ID of the sandbox's container
+)
+
+// The errors of snapshots, checked with [errors.Is], besides the VM's own
+// ([ErrNotCreated], [ErrRemoved], [ErrNoSuchContainer], [ErrUnavailable],
+// [ErrPodman], ...).
+var (
+	// ErrInvalidSnapshot: the [SnapshotOptions] or the reference given
+	// to [RemoveSnapshot] were refused before Podman was called: a name
+	// that is not an image reference, a label Podman would not carry
+	// verbatim.
+	ErrInvalidSnapshot = errors.New("vm: invalid snapshot")
+	// ErrImageExists: [SnapshotOptions.Name] names an image that podvm
+	// did not make, and Replace is not set.
+	ErrImageExists = errors.New("vm: image exists")
+	// ErrNotSnapshot: [RemoveSnapshot] was given an image that is not a
+	// podvm snapshot; it is left alone.
+	ErrNotSnapshot = errors.New("vm: not a podvm snapshot")
+	// ErrSnapshotInUse: a sandbox (a container, running or not) uses the
+	// snapshot; remove it first.
+	ErrSnapshotInUse = podman.ErrImageInUse
+)
+
+// SnapshotOptions are what [TakeSnapshot] takes. The zero value is a
+// snapshot named by podvm.
+type SnapshotOptions struct {
+	// Name is the image reference to give the snapshot, name[:tag]
+	// (lowercase; ":latest" when no tag; "localhost/" is added when it
+	// names no registry, as Podman does); "" lets podvm choose
+	// "localhost/podvm-snapshot:" and a random tag. A name that a podvm
+	// snapshot has already moves to the new one; the old one is removed
+	// unless a sandbox uses it (then [Reap] with [WithSnapshots] takes it
+	// once its owner is gone).
+	Name string
+	// Replace lets Name be taken from an image that podvm did not make:
+	// that image keeps its ID and its other names, and is never removed.
+	// Without it, such a name is [ErrImageExists].
+	Replace bool
+	// Labels are added to the snapshot's labels (podvm's own cannot be
+	// overridden). Podman carries a value verbatim only when it has no
+	// comma, quote, backslash or blank: others are [ErrInvalidSnapshot].
+	Labels map[string]string
+}
+
+// Snapshot is an image [TakeSnapshot] made, as it returns it and
+// [ListSnapshots] lists it. [TakeSnapshot] makes an image of a created sandbox's
+// filesystem, which [Config.Image] then names for fresh sandboxes (a
+// [Pool]'s too), so that what every sandbox needs (modules fetched, a
+// build cache warmed, a toolchain installed) is prepared once. Podman
+// commits the sandbox's container without pausing it.
+//
+// A snapshot holds the container's writable layer on top of its image:
+// every file the sandbox wrote to its own filesystem. It does not hold
+// what is not in that layer: the contents of bind mounts ([Config.Mounts]:
+// their mount points stay, empty), the tmpfs mounts (/tmp, /var/tmp and
+// /run under [Config.ReadOnlyRootfs], whose root filesystem holds nothing
+// the sandbox wrote), running processes, nor the agent's channel (the
+// container's stdio). podvm's agent, at /.podvm, is not in it when it was
+// bind-mounted (the service is on this machine: the snapshot has an empty
+// /.podvm); when the service is remote the agent was copied into the
+// container's layer, so the snapshot holds it (about 2.4 MB), and a
+// sandbox made from it gets the agent copied over it again, so that a
+// snapshot taken by one podvm works with another. The image's config is
+// the sandbox's, as Podman commits it: its Env, Workdir and User, and its
+// labels (podvm's, see below, and the sandbox's [Config.Labels]), become
+// the image's, and so the defaults of the sandboxes made from it; its
+// entrypoint is podvm's, so the image is for podvm's sandboxes. A secret
+// the preparation needs (a token to fetch modules) belongs in the Run's
+// [github.com/podvm/podvm/exec.Command] Env, which no snapshot holds, not
+// in Config.Env, which every snapshot and every sandbox made from it would
+// carry.
+//
+// A file being written while the snapshot is taken may be captured
+// part-written: let the writers finish (a Run that returned has) before
+// taking it. A Run in flight goes on undisturbed.
+//
+// Every snapshot carries the labels [LabelSnapshot] ("true"),
+// [LabelSnapshotSource] (the sandbox's container ID), [LabelOwnerPID],
+// [LabelOwnerHost] and [LabelCreated] of the process that took it, and
+// [LabelManaged] set to "", so that a container made from it outside
+// podvm is never taken for a podvm sandbox. [ListSnapshots] lists them,
+// [RemoveSnapshot] removes one, and [Reap] with [WithSnapshots] removes
+// those whose owner is gone.
+type Snapshot struct {
+	// Image is the reference to set as [Config.Image]: the name it was
+	// taken under, in full ("localhost/name:tag"), or, as listed, its
+	// first name; its ID when it has no name any more.
+	Image string
+	// ID is the image's ID.
+	ID string
+	// Names are all its names, as listed; none when another snapshot
+	// took its name.
+	Names []string
+	// Source is the ID of the container of the sandbox it was taken from.
+	Source string
+	// Created is when it was taken, to the second.
+	Created time.Time
+	// OwnerPID and OwnerHost are the process that took it and its host.
+	OwnerPID  int
+	OwnerHost string
+	// Labels are its labels: as [ListSnapshots] lists it, all of them;
+	// as [TakeSnapshot] returns it, those it gave it (podvm's and
+	// [SnapshotOptions.Labels]), without those the image has from the
+	// sandbox (its [Config.Labels]), which would cost Podman one more
+	// call.
+	Labels map[string]string
+}
+
+// Snapshotter is implemented by a [VM] that can snapshot its sandbox:
+// [APIVM] and [CLIVM]. [TakeSnapshot] and [RemoveSnapshot] check their
+// arguments, then call it; a VM that is not a Snapshotter, or a method
+// that returns an error matching [ErrNotSupported], cannot snapshot.
+// Each method keeps the promises, errors included, of the function of
+// the same name.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot, error)
+	RemoveSnapshot(ctx context.Context, ref string) error
+}
+
+var (
+	_ Snapshotter = (*APIVM)(nil)
+	_ Snapshotter = (*CLIVM)(nil)
+)
+
+// TakeSnapshot makes an image of the filesystem of v, a created sandbox
+// ([Snapshot] says what it holds and what not), and returns it; v keeps
+// running, and Runs in flight are not disturbed. Errors: v not created
+// [ErrNotCreated], removed [ErrRemoved] (also when Remove comes while
+// the snapshot is taken), its container gone [ErrNoSuchContainer]; an
+// invalid name or label [ErrInvalidSnapshot]; a name of an image that
+// podvm did not make [ErrImageExists] (see [SnapshotOptions.Replace]); a
+// VM that cannot [ErrNotSupported]; Podman's failure to commit (its
+// storage full, say) [ErrPodman]. When it fails, it removes whatever
+// part of the snapshot Podman made (found by a label of its own) before
+// it returns; one that Podman completes after ctx ended carries the
+// labels [Reap] with [WithSnapshots] looks for.
+func TakeSnapshot(ctx context.Context, v VM, opts SnapshotOptions) (*Snapshot, error) {
+	if _, _, err := opts.reference(); err != nil {
+		return nil, err
+	}
+	s, ok := v.(Snapshotter)
+	if !ok {
+		return nil, fmt.Errorf("%w: snapshot: %T cannot take snapshots", ErrNotSupported, v)
+	}
+	return s.Snapshot(ctx, opts)
+}
+
+// RemoveSnapshot removes the snapshot image ref (a name, or an ID), with
+// the Podman v uses, in any state of v (uncreated or removed too). A name
+// of a snapshot that has others is untagged; the image goes with its last
+// name. It refuses an image that podvm's labels do not mark as a
+// snapshot with [ErrNotSnapshot], and one a container uses with
+// [ErrSnapshotInUse] (remove its sandboxes first); a snapshot already
+// gone is [ErrImageNotFound]; a VM that cannot [ErrNotSupported].
+func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
+	if err := validRemoveRef(ref); err != nil {
+		return err
+	}
+	s, ok := v.(Snapshotter)
+	if !ok {
+		return fmt.Errorf("%w: remove snapshot: %T cannot take snapshots", ErrNotSupported, v)
+	}
+	return s.RemoveSnapshot(ctx, ref)
+}
+
+// ListSnapshots lists the podvm snapshots of the Podman the options
+// choose, found as [New] finds it, oldest first. [WithLabel] narrows the
+// list to those that carry a label.
+func ListSnapshots(ctx context.Context, opts ...Option) ([]Snapshot, error) {
+	o := newOptions(opts)
+	d, err := o.driver(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	im, ok := d.(podman.Imager)
+	if !ok {
+		return nil, fmt.Errorf("%w: list snapshots", ErrNotSupported)
+	}
+	list, err := listSnapshots(ctx, im)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list, func(s Snapshot) bool { return !hasLabels(s.Labels, o.labels) }), nil
+}
+
+// Snapshot implements [Snapshotter]; see [TakeSnapshot].
+func (s *sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot, error) {
+	repo, tag, err := opts.reference()
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.container()
+	if err != nil {
+		return nil, err
+	}
+	im, ok := s.d.(podman.Imager)
+	if !ok {
+		return nil, fmt.Errorf("%w: snapshot: the backend cannot commit a container", ErrNotSupported)
+	}
+	snap, err := takeSnapshot(ctx, im, st.id, repo, tag, opts)
+	if err != nil && s.state().removed {
+		return nil, fmt.Errorf("%w: snapshot of %.12s: %w", ErrRemoved, st.id, err)
+	}
+	return snap, err
+}
+
+// RemoveSnapshot implements [Snapshotter]; see [RemoveSnapshot].
+func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
+	if err := validRemoveRef(ref); err != nil {
+		return err
+	}
+	im, ok := s.d.(podman.Imager)
+	if !ok {
+		return fmt.Errorf("%w: remove snapshot: the backend cannot commit a container", ErrNotSupported)
+	}
+	img, err := im.ImageDetails(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if img.Labels[LabelSnapshot] != "true" {
+		return fmt.Errorf("%w: remove snapshot %s: image %.12s has no %s=true label; podvm leaves it alone", ErrNotSnapshot, ref, img.ID, LabelSnapshot)
+	}
+	return removeSnapshot(ctx, im, ref)
+}
+
+// removeSnapshot removes ref, naming the sandboxes' trouble in the error.
+func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
+	err := im.RemoveImage(ctx, ref)
+	if errors.Is(err, ErrSnapshotInUse) {
+		return fmt.Errorf("%w: remove snapshot %s: a sandbox made from it still exists; remove it first: %w", ErrSnapshotInUse, ref, err)
+	}
+	return err
+}
+
+// snapshotRepo is the name of the snapshots podvm names itself.
+const snapshotRepo = "localhost/podvm-snapshot"
+
+var (
+	// An image name: an optional registry (with a '.' or ':', or
+	// localhost) and lowercase path components, as
+	// github.com/distribution/reference has them.
+	domainRE = regexp.MustCompile(`^(?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)$`)
+	pathRE   = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	tagRE    = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127}$`)
+	// What Podman's change parsing keeps verbatim in a label.
+	labelKeyRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]*$`)
+	labelValueRE = regexp.MustCompile(`^[^\s,"'\\\x00-\x1f\x7f]*$`)
+)
+
+// reference returns the repository (with its registry) and tag the
+// snapshot is named by, or ErrInvalidSnapshot.
+func (o SnapshotOptions) reference() (repo, tag string, err error) {
+	for k, v := range o.Labels {
+		if !labelKeyRE.MatchString(k) || len(k) > 256 || !labelValueRE.MatchString(v) || len(v) > 4096 {
+			return "", "", fmt.Errorf("%w: label %q=%q: want a key of letters, digits, '.', '_', '/', '-' and a value without blanks, commas, quotes or backslashes", ErrInvalidSnapshot, k, v)
+		}
+	}
+	if o.Name == "" {
+		return snapshotRepo, randomHex(), nil
+	}
+	return parseName(o.Name)
+}
+
+// parseName splits an image name[:tag] into its full repository and
+// tag, or fails with ErrInvalidSnapshot.
+func parseName(name string) (repo, tag string, err error) {
+	bad := func(why string) (string, string, error) {
+		return "", "", fmt.Errorf("%w: name %q is not an image reference: %s", ErrInvalidSnapshot, name, why)
+	}
+	if len(name) > 255 {
+		return bad("longer than 255 bytes")
+	}
+	repo, tag = name, "latest"
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		repo, tag = name[:i], name[i+1:]
+		if !tagRE.MatchString(tag) {
+			return bad("want a tag of letters, digits, '_', '.', '-', at most 128")
+		}
+	}
+	if strings.Contains(repo, "@") {
+		return bad("a digest cannot be chosen")
+	}
+	parts := strings.Split(repo, "/")
+	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost") {
+		if !domainRE.MatchString(parts[0]) {
+			return bad("want a registry host[:port]")
+		}
+		parts = parts[1:]
+	} else {
+		repo = "localhost/" + repo
+	}
+	for _, p := range parts {
+		if !pathRE.MatchString(p) {
+			return bad("want lowercase letters and digits separated by '.', '_', '__' or '-', and '/'")
+		}
+	}
+	return repo, tag, nil
+}
+
+// validRemoveRef checks a reference given to RemoveSnapshot: an image
+// name or ID that cannot be taken for a flag.
+func validRemoveRef(ref string) error {
+	if ref == "" || !imageRE.MatchString(ref) || len(ref) > 512 {
+		return fmt.Errorf("%w: %q is not an image reference or ID", ErrInvalidSnapshot, ref)
+	}
+	return nil
+}
+
+// takeSnapshot commits container id as repo:tag.
+func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
+	ref := repo + ":" + tag
+	var old podman.Image
+	if opts.Name != "" { // podvm's own names are random: none is taken
+		var err error
+		old, err = im.ImageDetails(ctx, ref)
+		switch {
+		case errors.Is(err, ErrImageNotFound):
+			old = podman.Image{}
+		case err != nil:
+			return nil, err
+		case old.Labels[LabelSnapshot] != "true" && !opts.Replace:
+			return nil, fmt.Errorf("%w: snapshot as %s: image %.12s has that name and podvm did not make it; set SnapshotOptions.Replace to take the name", ErrImageExists, ref, old.ID)
+		}
+	}
+	token := randomHex()
+	labels := snapshotLabels(id, token, opts.Labels)
+	changes := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		changes = append(changes, "LABEL "+k+"="+labels[k])
+	}
+	imgID, err := im.Commit(ctx, id, repo, tag, changes)
+	if err != nil {
+		// With a context of its own: ctx may be what ended the commit.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if rmErr := removeByLabel(cctx, im, labelToken+"="+token); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("vm: removing what the failed snapshot made: %w", rmErr))
+		}
+		return nil, err
+	}
+	if old.ID != "" && old.ID != imgID && old.Labels[LabelSnapshot] == "true" {
+		removeReplaced(ctx, im, old.ID)
+	}
+	snap := snapshotOf(podman.Image{ID: imgID, Names: []string{ref}, Labels: labels})
+	return &snap, nil
+}
+
+// removeReplaced removes snapshot id, whose name moved to another, unless
+// it has other names or a sandbox uses it. Another commit or removal on
+// the same storage can make one attempt fail (see podman.Imager.Commit):
+// it tries three times; a snapshot left carries its labels, for Reap.
+func removeReplaced(ctx context.Context, im podman.Imager, id string) {
+	for try := 0; try < 3; try++ {
+		img, err := im.ImageDetails(ctx, id)
+		if err == nil && len(img.Names) > 0 {
+			return
+		}
+		if err == nil {
+			err = im.RemoveImage(ctx, id)
+		}
+		if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// snapshotLabels are the labels of a snapshot of container id.
+func snapshotLabels(id, token string, user map[string]string) map[string]string {
+	l := maps.Clone(user)
+	if l == nil {
+		l = map[string]string{}
+	}
+	host, _ := os.Hostname()
+	l[LabelSnapshot] = "true"
+	l[LabelSnapshotSource] = id
+	l[LabelManaged] = ""
+	l[LabelOwnerPID] = strconv.Itoa(os.Getpid())
+	l[LabelOwnerHost] = host
+	l[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
+	l[labelToken] = token
+	return l
+}
+
+// snapshotOf describes a snapshot image.
+func snapshotOf(img podman.Image) Snapshot {
+	s := Snapshot{ID: img.ID, Names: img.Names, Labels: img.Labels, Source: img.Labels[LabelSnapshotSource],
+		OwnerHost: img.Labels[LabelOwnerHost], Image: img.ID}
+	if len(img.Names) > 0 {
+		s.Image = img.Names[0]
+	}
+	s.OwnerPID, _ = strconv.Atoi(img.Labels[LabelOwnerPID])
+	if t, err := strconv.ParseInt(img.Labels[LabelCreated], 10, 64); err == nil {
+		s.Created = time.Unix(t, 0)
+	} else {
+		s.Created = img.Created
+	}
+	return s
+}
+
+// listSnapshots lists the podvm snapshots, oldest first.
+func listSnapshots(ctx context.Context, im podman.Imager) ([]Snapshot, error) {
+	imgs, err := im.Images(ctx, LabelSnapshot+"=true")
+	if err != nil {
+		return nil, err
+	}
+	var out []Snapshot
+	for _, img := range imgs {
+		if img.Labels[LabelSnapshot] == "true" {
+			out = append(out, snapshotOf(img))
+		}
+	}
+	slices.SortFunc(out, func(a, b Snapshot) int { return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID)) })
+	return out, nil
+}
+
+// removeByLabel removes every image carrying label, by each of its
+// names, then by ID.
+func removeByLabel(ctx context.Context, im podman.Imager, label string) error {
+	imgs, err := im.Images(ctx, label)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, img := range imgs {
+		errs = append(errs, removeImage(ctx, im, img))
+	}
+	return errors.Join(errs...)
+}
+
+// removeImage removes img by each of its names, then by its ID: without
+// force, Podman refuses to remove by ID an image with several names.
+func removeImage(ctx context.Context, im podman.Imager, img podman.Image) error {
+	for _, n := range img.Names {
+		if err := im.RemoveImage(ctx, n); err != nil && !errors.Is(err, ErrImageNotFound) {
+			return err
+		}
+	}
+	if err := im.RemoveImage(ctx, img.ID); err != nil && !errors.Is(err, ErrImageNotFound) {
+		return err
+	}
+	return nil
+}
+
+// WithSnapshots makes [Reap] remove, after the sandboxes, the snapshots
+// ([TakeSnapshot]) that a process of this host took and that process no
+// longer exists, whatever their age, and none other: never an image
+// without podvm's [LabelSnapshot], never one whose owner lives or is on
+// another host. A snapshot that a container still uses is left, and
+// logged. [WithLabel] narrows it to snapshots carrying a label too.
+func WithSnapshots() Option { return func(o *options) { o.snapshots = true } }
+
+// reapSnapshots removes the snapshots of dead owners of this host,
+// adding their IDs to removed and its failures to errs.
+func reapSnapshots(ctx context.Context, d podman.Driver, o options, host string, removed []string, errs []error) ([]string, []error) {
+	im, ok := d.(podman.Imager)
+	if !ok {
+		return removed, append(errs, fmt.Errorf("%w: reap snapshots", ErrNotSupported))
+	}
+	snaps, err := listSnapshots(ctx, im)
+	if err != nil {
+		return removed, append(errs, err)
+	}
+	for _, s := range snaps {
+		if s.OwnerPID <= 0 || s.OwnerHost != host || processAlive(s.OwnerPID) || !hasLabels(s.Labels, o.labels) {
+			continue
+		}
+		err := removeImage(ctx, im, podman.Image{ID: s.ID, Names: s.Names})
+		switch {
+		case errors.Is(err, ErrSnapshotInUse):
+			o.log.Info("podvm: snapshot of a gone owner still in use; left", "id", s.ID, "names", s.Names)
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		o.log.Info("podvm: reaped snapshot", "id", s.ID, "names", s.Names, "reason", fmt.Sprintf("owner process %d is gone", s.OwnerPID))
+		removed = append(removed, s.ID)
+	}
+	return removed, errs
+}

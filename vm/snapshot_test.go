@@ -1,0 +1,120 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/podman"
+)
+
+func TestParseName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, repo, tag string }{
+		{"prepared", "localhost/prepared", "latest"},
+		{"prepared:go1.25", "localhost/prepared", "go1.25"},
+		{"team/prepared:v_1-2", "localhost/team/prepared", "v_1-2"},
+		{"localhost/x", "localhost/x", "latest"},
+		{"registry.example:5000/a/b:c", "registry.example:5000/a/b", "c"},
+		{"a__b.c-d", "localhost/a__b.c-d", "latest"},
+	} {
+		repo, tag, err := parseName(c.name)
+		if assert.NoError(t, err, c.name) {
+			assert.Equal(t, c.repo+":"+c.tag, repo+":"+tag, c.name)
+		}
+	}
+	for _, bad := range []string{"", "Upper", "-x", "a b", "x:", "x:-t", "x@sha256:00", "a..b", "/x", "x/", "a//b", "x:" + strings.Repeat("t", 129), strings.Repeat("a", 256), "a,b", "a\x00"} {
+		_, _, err := parseName(bad)
+		assert.ErrorIs(t, err, ErrInvalidSnapshot, "%q", bad)
+	}
+}
+
+// fakeImager is a Podman whose commits fail after making part of the
+// image, as one whose storage fills up midway might.
+type fakeImager struct {
+	images    map[string]podman.Image // by ID
+	commitErr error
+	removed   []string
+}
+
+func (f *fakeImager) Commit(_ context.Context, id, repo, tag string, changes []string) (string, error) {
+	labels := map[string]string{}
+	for _, ch := range changes {
+		k, v, _ := strings.Cut(strings.TrimPrefix(ch, "LABEL "), "=")
+		labels[k] = v
+	}
+	img := podman.Image{ID: fmt.Sprintf("%064d", len(f.images)+1), Names: []string{repo + ":" + tag}, Labels: labels}
+	f.images[img.ID] = img
+	if f.commitErr != nil {
+		return "", f.commitErr
+	}
+	return img.ID, nil
+}
+
+func (f *fakeImager) ImageDetails(_ context.Context, ref string) (podman.Image, error) {
+	for _, img := range f.images {
+		if img.ID == ref || (len(img.Names) > 0 && img.Names[0] == ref) {
+			return img, nil
+		}
+	}
+	return podman.Image{}, fmt.Errorf("%w: %s", ErrImageNotFound, ref)
+}
+
+func (f *fakeImager) Images(_ context.Context, label string) ([]podman.Image, error) {
+	k, v, _ := strings.Cut(label, "=")
+	var out []podman.Image
+	for _, img := range f.images {
+		if img.Labels[k] == v {
+			out = append(out, img)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeImager) RemoveImage(_ context.Context, ref string) error {
+	for id, img := range f.images {
+		if id == ref || (len(img.Names) > 0 && img.Names[0] == ref) {
+			delete(f.images, id)
+			f.removed = append(f.removed, ref)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrImageNotFound, ref)
+}
+
+// A commit that fails after Podman made part of the image (its storage
+// full, the sandbox removed midway) leaves nothing: what carries the
+// snapshot's token is removed, and the error is Podman's.
+func TestSnapshotFailureLeavesNothing(t *testing.T) {
+	t.Parallel()
+	full := fmt.Errorf("%w: podman commit exited 125: writing blob: no space left on device", ErrPodman)
+	f := &fakeImager{images: map[string]podman.Image{}, commitErr: full}
+	_, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{})
+	require.ErrorIs(t, err, ErrPodman)
+	assert.Contains(t, err.Error(), "no space left on device")
+	assert.Empty(t, f.images, "the half-made snapshot is left")
+	assert.Equal(t, []string{"localhost/x:latest"}, f.removed)
+}
+
+// A name of an image podvm did not make is refused before any commit,
+// unless Replace; a snapshot's name moves, its old image goes.
+func TestSnapshotNameTaken(t *testing.T) {
+	t.Parallel()
+	users := podman.Image{ID: strings.Repeat("a", 64), Names: []string{"localhost/x:latest"}, Labels: map[string]string{"team": "mine"}}
+	f := &fakeImager{images: map[string]podman.Image{users.ID: users}}
+	_, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Name: "x"})
+	require.ErrorIs(t, err, ErrImageExists)
+	assert.Len(t, f.images, 1, "something was committed")
+	snap, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Name: "x", Replace: true})
+	require.NoError(t, err)
+	assert.Equal(t, "localhost/x:latest", snap.Image)
+	assert.Contains(t, f.images, users.ID, "the user's image was removed")
+	assert.Empty(t, f.removed)
+	assert.Equal(t, "true", snap.Labels[LabelSnapshot])
+	assert.Equal(t, "", snap.Labels[LabelManaged])
+	assert.Equal(t, "c0ffee", snap.Source)
+}
