@@ -84,9 +84,13 @@ service_pid() {
 }
 stop_service() { PODVM_PODMAN5_LOCKED=1 "$REPO/scripts/podman5-down.sh" 9>&-; }
 
+# PODVM_TEST_MOUNT_DIR: where tests make host directories to bind-mount;
+# the service sees the state directory at its own path, not the host's /tmp.
 print_env() {
+	mkdir -p "$S5/mnt" && chmod 1777 "$S5/mnt"
 	echo "export CONTAINER_HOST=unix://$SOCK"
 	echo "export PODVM_TEST_IMAGE=$IMAGE"
+	echo "export PODVM_TEST_MOUNT_DIR=$S5/mnt"
 }
 
 # Fast path: everything already up.

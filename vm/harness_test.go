@@ -1,7 +1,9 @@
 package vm_test
 
 import (
+	"cmp"
 	"context"
+	"os"
 	"testing"
 
 	"github.com/podvm/podvm/internal/libpod"
@@ -56,6 +58,11 @@ func (h harness) NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
 }
 
 func (h harness) Tracked() bool { return h.tracked }
+
+// MountDir is $PODVM_TEST_MOUNT_DIR, a directory the service can
+// bind-mount (scripts/test-matrix.sh sets it for Podman 5, whose service
+// has a filesystem of its own), else the system's temporary directory.
+func (h harness) MountDir() string { return cmp.Or(os.Getenv("PODVM_TEST_MOUNT_DIR"), os.TempDir()) }
 
 func (h harness) client(ctx context.Context) (*libpod.Client, error) {
 	return libpod.Connect(ctx, h.env.Host)

@@ -99,13 +99,29 @@ func fromSnapshot(ctx context.Context, t *testing.T, h Harness, snap *vm.Snapsho
 	return v
 }
 
+// MountDirer is implemented by a [Harness] whose Podman sees only some
+// directories of the test's host (a service in a mount namespace of its
+// own): MountDir names one that it can bind-mount. Without it, cases
+// that bind-mount a host directory make it in [os.TempDir].
+type MountDirer interface {
+	MountDir() string
+}
+
+// mountDir is where a case makes a host directory to bind-mount.
+func mountDir(h Harness) string {
+	if m, ok := h.(MountDirer); ok {
+		return m.MountDir()
+	}
+	return os.TempDir()
+}
+
 // holdsTheLayer is the case of what a snapshot holds; the source has a
 // bind mount of a host directory of its own.
 func holdsTheLayer(h Harness) testCase {
 	var dir string
 	return testCase{Name: "snapshot/holds-the-layer", Promise: "a sandbox from a snapshot has the files the source wrote to its own filesystem and its Config.Env, not its bind mounts' files, its processes, a Run's Env or podvm's bind-mounted agent",
 		Config: func(c *vm.Config) {
-			d, err := os.MkdirTemp("", "podvm-snap-")
+			d, err := os.MkdirTemp(mountDir(h), "podvm-snap-")
 			if err != nil {
 				panic(err)
 			}
