@@ -1,6 +1,8 @@
 package podman
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/hex"
@@ -8,11 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/podvm/podvm/exec"
 )
@@ -229,16 +235,196 @@ func appendFlag(a []string, flag, v string) []string {
 	return append(a, flag, v)
 }
 
-// CopyIn implements [Driver.CopyIn] with `podman cp -`.
+// CopyIn implements [Driver.CopyIn] with `podman cp - CTR:DIR`.
+//
+// podman cp first stats DIR, reading it as a pattern, then extracts into
+// the path the stat named, as it is (see paths.go): no one string serves
+// both when DIR holds a glob character, and podman-remote sends that path
+// back through JSON, which breaks bytes that are not UTF-8. So for such a
+// DIR, its deepest ancestor that podman reads as itself is the
+// destination and the rest of DIR goes in front of every entry's name,
+// once [CLI.isDir] has found DIR a directory.
+//
+// podman cp spools the archive it reads from stdin into a temporary file
+// before it extracts it, and leaves that file behind
+// (cmd/podman/containers/cp.go, copyToContainer: os.CreateTemp, never
+// removed). Each call gives podman a TMPDIR of its own, mode 0700, and
+// removes it when the call returns, whatever happened.
 func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
-	_, err := d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + dir}, Stdin: r})
+	base, rest := literalParent(dir)
+	if rest != "" {
+		if err := d.isDir(ctx, id, dir); err != nil {
+			return err
+		}
+		pr, pw := io.Pipe()
+		go func(src io.Reader) { pw.CloseWithError(prefixTar(pw, src, rest)) }(r)
+		defer pr.Close()
+		r = pr
+	}
+	tmp, err := os.MkdirTemp("", "podvm-cp-")
+	if err != nil {
+		return fmt.Errorf("%w: copy into %s: a private TMPDIR for podman: %v", ErrPodman, dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	_, err = d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + base}, Stdin: r, Env: []string{"TMPDIR=" + tmp}})
 	return err
 }
 
-// CopyOut implements [Driver.CopyOut] with `podman cp … -`.
-func (d CLI) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
-	_, err := d.run(ctx, "cp", path, exec.Command{Args: []string{"cp", id + ":" + path, "-"}, Stdout: w})
-	return err
+// isDir checks that dir, a path podman cannot name as itself for a
+// copy in, is a directory: it reads the first entry of `podman cp
+// CTR:PATTERN -` and stops podman there. A missing dir matches
+// [fs.ErrNotExist], a file [ErrPodman], as for the API.
+func (d CLI) isDir(ctx context.Context, id, dir string) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := &firstHeader{stop: cancel}
+	_, err := d.run(pctx, "cp", dir, exec.Command{Args: []string{"cp", id + ":" + globLiteral(dir, d.host != ""), "-"}, Stdout: first})
+	h := first.header()
+	switch {
+	case h == nil && ctx.Err() != nil:
+		return wrap(nil, "podman cp", dir, ctx.Err())
+	case h == nil && err != nil:
+		return err
+	case h == nil:
+		return fmt.Errorf("%w: copy into %s: podman cp gave no archive", ErrPodman, dir)
+	case strings.TrimSuffix(h.Name, "/") != path.Base(dir):
+		return fmt.Errorf("%w: copy into %s: podman cannot tell this path from %q (bytes that are not UTF-8)", ErrNotSupported, dir, h.Name)
+	case h.Typeflag != tar.TypeDir:
+		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", ErrPodman, dir)
+	}
+	return nil
+}
+
+// firstHeader is a writer that keeps the first tar header written to it
+// and calls stop once it has it, dropping the rest.
+type firstHeader struct {
+	mu   sync.Mutex
+	buf  []byte
+	h    *tar.Header
+	stop func()
+}
+
+func (f *firstHeader) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.h != nil || len(f.buf) >= 64<<10 {
+		return len(p), nil
+	}
+	f.buf = append(f.buf, p...)
+	// A header may span PAX records; try to read it at every write.
+	if h, err := tar.NewReader(bytes.NewReader(f.buf)).Next(); err == nil {
+		f.h = h
+		f.stop()
+	}
+	return len(p), nil
+}
+
+func (f *firstHeader) header() *tar.Header {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.h
+}
+
+// prefixTar copies the tar stream r to w with prefix, a relative path,
+// in front of every entry's name and every hard link's target.
+func prefixTar(w io.Writer, r io.Reader, prefix string) error {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		h.Name = prefixName(prefix, h.Name)
+		if h.Typeflag == tar.TypeLink {
+			h.Linkname = prefixName(prefix, h.Linkname)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// prefixName joins prefix and name, keeping a directory's trailing
+// slash.
+func prefixName(prefix, name string) string {
+	p := path.Join(prefix, name)
+	if strings.HasSuffix(name, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// CopyOut implements [Driver.CopyOut] with `podman cp CTR:PATH -`, PATH
+// a pattern that matches path alone ([globLiteral]). For podman-remote,
+// a byte that is not UTF-8 has to be a class that matches any such byte
+// (see globLiteral): then only the entries named after path's own base
+// name are kept, and none is [fs.ErrNotExist].
+func (d CLI) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
+	ambiguous := d.host != "" && !utf8.ValidString(p)
+	if !ambiguous {
+		_, err := d.run(ctx, "cp", p, exec.Command{Args: []string{"cp", id + ":" + globLiteral(p, false), "-"}, Stdout: w})
+		return err
+	}
+	pr, pw := io.Pipe()
+	kept := make(chan keptResult, 1)
+	go func() {
+		n, err := keepTree(w, pr, path.Base(p))
+		pr.CloseWithError(err)
+		kept <- keptResult{n, err}
+	}()
+	_, err := d.run(ctx, "cp", p, exec.Command{Args: []string{"cp", id + ":" + globLiteral(p, true), "-"}, Stdout: pw})
+	pw.Close()
+	k := <-kept
+	switch {
+	case k.err != nil:
+		return errors.Join(fmt.Errorf("vm: copy out %s: %w", p, k.err), err)
+	case err != nil:
+		return err
+	case k.n == 0:
+		return fmt.Errorf("vm: copy out %s: %w in the sandbox (podman-remote matched another name)", p, fs.ErrNotExist)
+	}
+	return nil
+}
+
+type keptResult struct {
+	n   int
+	err error
+}
+
+// keepTree copies to w the entries of tar stream r whose top-level name
+// is top, and returns how many it kept.
+func keepTree(w io.Writer, r io.Reader, top string) (int, error) {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			_, err = io.Copy(io.Discard, r) // the padding after the trailer
+			if err == nil {
+				err = tw.Close()
+			}
+			return n, err
+		}
+		if err != nil {
+			return n, err
+		}
+		if first, _, _ := strings.Cut(strings.TrimPrefix(h.Name, "./"), "/"); first != top {
+			continue
+		}
+		n++
+		if err := tw.WriteHeader(h); err != nil {
+			return n, err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return n, err
+		}
+	}
 }
 
 // Remove implements [Driver.Remove] with `podman rm -f -t 0`.

@@ -29,6 +29,7 @@ var (
 	ErrNameInUse           = errors.New("vm: container name already in use")
 	ErrUnavailable         = errors.New("vm: podman unavailable")
 	ErrPodman              = errors.New("vm: podman failed")
+	ErrNotSupported        = errors.New("vm: not supported")
 )
 
 // ErrNotReached is wrapped, beside [ErrUnavailable], by a call that never
