@@ -196,12 +196,22 @@ func CreateArgs(c Spec) []string {
 // Exec runs p with `podman exec`, its stdio streamed through the
 // executor. podman's exit status is returned as it is: the caller tells
 // the command's from podman's own failures by content ([StartFailure]).
+//
+// When podman's stream to the service broke (podman-remote, when the
+// command exits before reading all of its stdin), podman exits 125 with
+// its own lines last on stderr, in place of the command's status: that
+// is an error matching [ErrPodman] ([LostStream]), never an exit status.
 func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
+	tail := &tailWriter{max: 4 << 10}
+	stderr := io.Writer(tail)
+	if p.Stderr != nil {
+		stderr = io.MultiWriter(p.Stderr, tail)
+	}
 	res, err := d.invoke(ctx, exec.Command{
 		Args:           execArgs(id, p),
 		Stdin:          p.Stdin,
 		Stdout:         p.Stdout,
-		Stderr:         p.Stderr,
+		Stderr:         stderr,
 		MaxOutputBytes: 1, // the caller captures through the writers
 	})
 	switch {
@@ -210,8 +220,25 @@ func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 	case res.TimedOut:
 		return -1, true, err
 	}
+	if err := LostStream(p.Argv[0], res.ExitCode, string(tail.b)); err != nil {
+		return -1, true, err
+	}
 	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	b   []byte
+	max int
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
 }
 
 // execArgs is the argv of `podman exec` for p in container id.
