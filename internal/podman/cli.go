@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/podvm/podvm/exec"
@@ -201,15 +202,24 @@ func CreateArgs(c Spec) []string {
 // command exits before reading all of its stdin), podman exits 125 with
 // its own lines last on stderr, in place of the command's status: that
 // is an error matching [ErrPodman] ([LostStream]), never an exit status.
+// The local podman loses output there without a word (conmon resets the
+// attach socket holding unread stdin; podman's reader stops at the reset,
+// libpod/oci_conmon_attach_common.go, redirectResponseToOutputStreams):
+// so a Stdin that podman was still sending when it exited (neither at
+// its end nor waited for) is an error matching [ErrPodman] too.
 func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
 	tail := &tailWriter{max: 4 << 10}
 	stderr := io.Writer(tail)
 	if p.Stderr != nil {
 		stderr = io.MultiWriter(p.Stderr, tail)
 	}
+	var stdin *endReader
+	if p.Stdin != nil {
+		stdin = &endReader{r: p.Stdin}
+	}
 	res, err := d.invoke(ctx, exec.Command{
 		Args:           execArgs(id, p),
-		Stdin:          p.Stdin,
+		Stdin:          stdin.reader(),
 		Stdout:         p.Stdout,
 		Stderr:         stderr,
 		MaxOutputBytes: 1, // the caller captures through the writers
@@ -223,8 +233,44 @@ func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 	if err := LostStream(p.Argv[0], res.ExitCode, string(tail.b)); err != nil {
 		return -1, true, err
 	}
+	if stdin.pending() {
+		return -1, true, fmt.Errorf("%w: %s: the command exited before reading all of its stdin, and podman may have lost its output with it: "+
+			"the end of the stream is reset, and what was still in it is dropped without a word", ErrPodman, p.Argv[0])
+	}
 	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
+}
+
+// endReader records that its reader has ended (io.EOF or an error), and
+// whether a Read is waiting for it.
+type endReader struct {
+	r       io.Reader
+	ended   atomic.Bool
+	waiting atomic.Int32
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	e.waiting.Add(1)
+	n, err := e.r.Read(p)
+	e.waiting.Add(-1)
+	if err != nil {
+		e.ended.Store(true)
+	}
+	return n, err
+}
+
+// pending reports that, when podman exited, it still had stdin to send:
+// the reader had neither ended nor made podman wait for more.
+func (e *endReader) pending() bool {
+	return e != nil && !e.ended.Load() && e.waiting.Load() == 0
+}
+
+// reader returns e as an io.Reader, nil when e is nil.
+func (e *endReader) reader() io.Reader {
+	if e == nil {
+		return nil
+	}
+	return e
 }
 
 // tailWriter keeps the last max bytes written to it.
@@ -368,6 +414,9 @@ func prefixTar(w io.Writer, r io.Reader, prefix string) error {
 		if h.Typeflag == tar.TypeLink {
 			h.Linkname = prefixName(prefix, h.Linkname)
 		}
+		// The longer name may not fit the entry's format (USTAR holds
+		// 100 bytes and PAX only UTF-8): let the writer choose.
+		h.Format = tar.FormatUnknown
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/podmantest"
 )
@@ -28,7 +29,19 @@ func drivers(t *testing.T) map[string]Driver {
 	t.Cleanup(c.CloseIdleConnections)
 	cli, err := NewCLI(nil, env.Podman, env.Host, "")
 	require.NoError(t, err)
-	return map[string]Driver{"api": NewAPI(c), "cli": cli}
+	drivers := map[string]Driver{"api": NewAPI(c), "cli": cli}
+	if !env.RemoteOnly && strings.HasPrefix(env.Host, "unix://") {
+		// podman itself, on the service's storage, as vm's tests run it.
+		var local []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "CONTAINER_HOST=") && !strings.HasPrefix(kv, "CONTAINER_CONNECTION=") {
+				local = append(local, kv)
+			}
+		}
+		drivers["cli-local"], err = NewCLI(NewExecutor(exec.WithBaseEnv(local)), env.Podman, "", "")
+		require.NoError(t, err)
+	}
+	return drivers
 }
 
 // container starts a sandbox-like container through d, removed when t

@@ -394,6 +394,8 @@ func cases(h Harness) []testCase {
 	cases = append(cases, lifecycleCases(h)...)
 	cases = append(cases, trackedCases(h)...)
 	cases = append(cases, fileCases()...)
+	cases = append(cases, nameCases()...)
+	cases = append(cases, streamCases()...)
 	return append(cases, hardeningCases(h)...)
 }
 
