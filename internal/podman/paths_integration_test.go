@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -160,25 +159,6 @@ func TestCLICopyInLeavesNoSpool(t *testing.T) {
 	require.NoError(t, tw.Close())
 	require.NoError(t, d.CopyIn(context.Background(), id, "/tmp", &tb))
 	for _, dir := range []string{os.TempDir(), "/var/tmp"} {
-		assert.Empty(t, filesHolding(dir, marker), "the data stays out of %s", dir)
+		assert.Empty(t, podmantest.FilesHolding(dir, marker), "the data stays out of %s", dir)
 	}
-}
-
-// filesHolding returns the regular files beneath dir that hold marker.
-func filesHolding(dir, marker string) []string {
-	var found []string
-	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() {
-			return nil
-		}
-		if info, err := e.Info(); err != nil || info.Size() > 64<<20 {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err == nil && bytes.Contains(b, []byte(marker)) {
-			found = append(found, p)
-		}
-		return nil
-	})
-	return found
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/podmantest"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -160,7 +160,7 @@ func filesNoHostCopy(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	check := func(after string) {
 		t.Helper()
 		for _, dir := range []string{os.TempDir(), "/var/tmp"} {
-			if found := filesHolding(dir, marker); len(found) > 0 {
+			if found := podmantest.FilesHolding(dir, marker); len(found) > 0 {
 				t.Errorf("after %s, the data is on the host: %q", after, found)
 			}
 		}
@@ -191,25 +191,6 @@ func filesNoHostCopy(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	}
 	check("ReadFile")
 	return []observation{observeFile("read", "the marker", err)}
-}
-
-// filesHolding returns the regular files beneath dir, up to 64 MiB
-// each, that hold marker.
-func filesHolding(dir, marker string) []string {
-	var found []string
-	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.Type().IsRegular() {
-			return nil
-		}
-		if info, err := e.Info(); err != nil || info.Size() > 64<<20 {
-			return nil
-		}
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(marker)) {
-			found = append(found, p)
-		}
-		return nil
-	})
-	return found
 }
 
 // streamCases are the Run cases of streams that Podman can cut.
