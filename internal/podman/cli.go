@@ -348,6 +348,9 @@ func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 // CTR:PATTERN -` and stops podman there. A missing dir matches
 // [fs.ErrNotExist], a file [ErrPodman], as for the API.
 func (d CLI) isDir(ctx context.Context, id, dir string) error {
+	if err := d.nameable(dir); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first := &firstHeader{stop: cancel}
@@ -364,6 +367,17 @@ func (d CLI) isDir(ctx context.Context, id, dir string) error {
 		return fmt.Errorf("%w: copy into %s: podman cannot tell this path from %q (bytes that are not UTF-8)", ErrNotSupported, dir, h.Name)
 	case h.Typeflag != tar.TypeDir:
 		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", ErrPodman, dir)
+	}
+	return nil
+}
+
+// nameable refuses a path that podman-remote cannot be made to name
+// alone: bytes that are not UTF-8 in a directory above its last element.
+// Their pattern ([badByteClass]) may match another directory, whose
+// entries would carry the same names as the wanted ones.
+func (d CLI) nameable(p string) error {
+	if dir := path.Dir(p); d.host != "" && !utf8.ValidString(dir) {
+		return fmt.Errorf("%w: %q: podman-remote cannot name a directory with bytes that are not UTF-8 (%q) exactly; use the API or the local podman", ErrNotSupported, p, dir)
 	}
 	return nil
 }
@@ -443,6 +457,9 @@ func prefixName(prefix, name string) string {
 // name are kept, and none is [fs.ErrNotExist].
 func (d CLI) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
 	ambiguous := d.host != "" && !utf8.ValidString(p)
+	if err := d.nameable(p); err != nil {
+		return err
+	}
 	if !ambiguous {
 		_, err := d.run(ctx, "cp", p, exec.Command{Args: []string{"cp", id + ":" + globLiteral(p, false), "-"}, Stdout: w})
 		return err

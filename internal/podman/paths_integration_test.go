@@ -141,6 +141,17 @@ func TestCopyGlobNames(t *testing.T) {
 				assert.ErrorIs(t, err, fs.ErrNotExist, "%q", n)
 			}
 			assert.Equal(t, "x\n", sh(t, d, id, "cat /tmp/f/x"), "the neighbours are untouched")
+			// Beneath a directory whose name is not UTF-8: the file, or
+			// a refusal where the name cannot be given exactly.
+			bad := "/tmp/d/bad-\xff\xfe/bad-\xff\xfe"
+			var out bytes.Buffer
+			err := d.CopyOut(ctx, id, bad, &out)
+			if name == "cli" { // podman-remote
+				assert.ErrorIs(t, err, ErrNotSupported)
+				assert.ErrorContains(t, err, "not UTF-8")
+			} else if assert.NoError(t, err) {
+				assert.Equal(t, map[string]string{"bad-\xff\xfe": "is bad-\xff\xfe"}, untar(t, out.Bytes()))
+			}
 		})
 	}
 }

@@ -120,7 +120,13 @@ func filesGlobNames(ctx context.Context, t *testing.T, v vm.VM) []observation {
 			continue
 		}
 		for _, m := range globNames {
-			if got, err := vm.ReadFile(ctx, v, dst+"/"+m, 100); string(got) != content(m) {
+			got, err := vm.ReadFile(ctx, v, dst+"/"+m, 100)
+			switch {
+			case errors.Is(err, vm.ErrNotSupported):
+				// podman-remote cannot name a path beneath a directory
+				// whose name is not UTF-8 exactly, and says so.
+				t.Logf("after CopyDirIn into %q: %q: %v", dst, m, err)
+			case string(got) != content(m):
 				t.Errorf("after CopyDirIn into %q: %q holds %q, %v", dst, m, got, err)
 			}
 		}
