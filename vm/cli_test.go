@@ -38,7 +38,7 @@ var (
 
 // randomParts are the argv parts that differ on every call: the creation
 // time, our token label, the run marker.
-var randomParts = regexp.MustCompile(`^(` + LabelCreated + `|` + labelToken + `|` + markerKey + `)=.*$`)
+var randomParts = regexp.MustCompile(`^(` + LabelCreated + `|` + labelToken + `|` + markerKey + `|TMPDIR)=.*$`)
 
 // commandMatcher matches an exec.Command field by field: argv exactly
 // (random parts replaced by "*"), readers and writers by identity.
@@ -66,7 +66,7 @@ func (m commandMatcher) Matches(x any) bool {
 	got, ok := x.(exec.Command)
 	w := m.want
 	return ok && got.Name == w.Name && slices.Equal(normalize(got.Args), w.Args) &&
-		got.Dir == w.Dir && slices.Equal(got.Env, w.Env) &&
+		got.Dir == w.Dir && slices.Equal(normalize(got.Env), w.Env) &&
 		got.Timeout == w.Timeout && got.MaxOutputBytes == w.MaxOutputBytes &&
 		sameIO(w.Stdin, got.Stdin, anyReader) && sameIO(w.Stdout, got.Stdout, anyWriter) &&
 		sameIO(w.Stderr, got.Stderr, anyWriter)
@@ -130,6 +130,11 @@ func concat(parts ...[]string) []string { return slices.Concat(parts...) }
 // through the command's writers, then res and err.
 func replay(res *exec.Result, err error) func(context.Context, exec.Command) (*exec.Result, error) {
 	return func(_ context.Context, c exec.Command) (*exec.Result, error) {
+		if c.Stdin != nil {
+			// podman sends the command all of its stdin; one it was
+			// still sending when it exited is a lost stream.
+			io.Copy(io.Discard, c.Stdin)
+		}
 		if res != nil && c.Stdout != nil {
 			io.WriteString(c.Stdout, res.Stdout)
 		}
@@ -553,19 +558,27 @@ func TestCLICopyIn(t *testing.T) {
 		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 70000})
 	unsafe := tarOf(t, &tar.Header{Name: "ok", Typeflag: tar.TypeReg, Size: 1},
 		&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1})
-	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Stdin: anyReader, MaxOutputBytes: podman.MessageBytes}
+	// podman cp - spools stdin into TMPDIR: a private one, per call.
+	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Env: []string{"TMPDIR=*"}, Stdin: anyReader, MaxOutputBytes: podman.MessageBytes}
 
 	t.Run("streamed", func(t *testing.T) {
 		t.Parallel()
 		v, x := created(t, Config{Image: "img"})
 		var got []byte
+		var tmp string
 		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
+			tmp = strings.TrimPrefix(c.Env[0], "TMPDIR=")
+			if fi, err := os.Stat(tmp); assert.NoError(t, err) {
+				assert.Equal(t, fs.ModeDir|0o700, fi.Mode(), "podman's TMPDIR is private")
+			}
 			var err error
 			got, err = io.ReadAll(c.Stdin)
 			return &exec.Result{}, err
 		})
 		require.NoError(t, v.CopyIn(context.Background(), "/dst", bytes.NewReader(safe)))
 		assert.Equal(t, safe, got, "the guard re-emits a safe archive as it was")
+		_, err := os.Stat(tmp)
+		assert.ErrorIs(t, err, fs.ErrNotExist, "podman's TMPDIR, and what it spooled there, is removed")
 	})
 	t.Run("unsafe", func(t *testing.T) {
 		t.Parallel()

@@ -34,7 +34,7 @@ var (
 	// ErrPodman: Podman failed in a way no other sentinel describes.
 	ErrPodman = podman.ErrPodman
 	// ErrNotSupported: the backend or server cannot do this at all.
-	ErrNotSupported = errors.New("vm: not supported")
+	ErrNotSupported = podman.ErrNotSupported
 )
 
 // CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,

@@ -18,9 +18,10 @@ type PathStat struct {
 	LinkTarget string `json:"linkTarget"`
 }
 
-// ArchiveStat stats path in container id (HEAD .../archive). The answer
-// to HEAD has no body: a missing path and a missing container are both a
-// 404 with no message.
+// ArchiveStat stats path in container id (HEAD .../archive). Podman
+// reads path as a glob pattern (see internal/podman's paths.go). The
+// answer to HEAD has no body: a missing path and a missing container are
+// both a 404 with no message.
 func (c *Client) ArchiveStat(ctx context.Context, id, path string) (PathStat, error) {
 	const op = "archive stat"
 	var st PathStat
@@ -30,7 +31,14 @@ func (c *Client) ArchiveStat(ctx context.Context, id, path string) (PathStat, er
 		return st, err
 	}
 	resp.Body.Close()
-	raw, err := base64.StdEncoding.DecodeString(resp.Header.Get("X-Docker-Container-Path-Stat"))
+	// Podman encodes it with the URL alphabet (pkg/copy.EncodeFileInfo),
+	// Docker with the standard one: they differ when the JSON holds a
+	// byte that encodes to '+' or '/' in one and '-' or '_' in the other.
+	header := resp.Header.Get("X-Docker-Container-Path-Stat")
+	raw, err := base64.URLEncoding.DecodeString(header)
+	if err != nil {
+		raw, err = base64.StdEncoding.DecodeString(header)
+	}
 	if err == nil {
 		err = json.Unmarshal(raw, &st)
 	}
@@ -41,7 +49,8 @@ func (c *Client) ArchiveStat(ctx context.Context, id, path string) (PathStat, er
 }
 
 // ArchivePut extracts the tar stream r into directory path of container
-// id, streaming it: r is read as the request is sent.
+// id, streaming it: r is read as the request is sent. Podman takes path
+// as it is, and creates it when it is missing.
 func (c *Client) ArchivePut(ctx context.Context, id, path string, r io.Reader) error {
 	return c.call(ctx, request{op: "archive put", method: http.MethodPut, path: "/containers/%s/archive", args: []string{id},
 		// Like podman cp: a directory is never replaced by a file.
@@ -49,7 +58,7 @@ func (c *Client) ArchivePut(ctx context.Context, id, path string, r io.Reader) e
 }
 
 // ArchiveGet returns path of container id as a tar stream, entries named
-// relative to path's parent, read as it arrives. The caller closes it; a
+// relative to path's parent; Podman reads path as a glob pattern, read as it arrives. The caller closes it; a
 // connection dropped mid-stream fails a Read with an [*Error].
 func (c *Client) ArchiveGet(ctx context.Context, id, path string) (io.ReadCloser, error) {
 	const op = "archive get"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"regexp"
 	"sync/atomic"
 	"time"
@@ -34,10 +35,11 @@ const (
 // left; one that outlives it is held by them). Only a process known to
 // have started (seen running, or its output seen) counts as exited: the
 // service upgrades the connection before runc has started the process,
-// and until then the inspect says it does not run. A stream that fails while
-// stdin is being written to a process that has exited (the service
-// resets a connection whose input nobody read) ends like a drained one:
-// what was sent before the reset is read first. Exec does not wait for a
+// and until then the inspect says it does not run. When stdin could not
+// be delivered to a process that has exited (Podman's reset line on
+// stderr, or the stream reset while stdin was written), Podman may have
+// dropped output still on its way: Exec drains what came and returns an
+// [*Error] saying so (see lostOutput), never the status alone. Exec does not wait for a
 // stdin whose Read blocks once the session has ended. It returns ctx's
 // error when ctx ends first, closing the stream, and an [*Error] when
 // the stream fails otherwise (the connection was dropped).
@@ -56,7 +58,7 @@ func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.R
 	}
 	ss := &session{id: execID, s: s, done: make(chan struct{})}
 	if stdin != nil {
-		stderr = dropAttachReset{stderr}
+		stderr = dropAttachReset{stderr, &ss.cut}
 	}
 	go func() {
 		ss.err = Demux(s, seenWriter{stdout, &ss.output}, seenWriter{stderr, &ss.output})
@@ -72,8 +74,19 @@ func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.R
 	code, err := c.finish(ctx, ss, grace)
 	s.Close()
 	<-ss.done
+	if err == nil && ss.cut.Load() {
+		return -1, execID, &Error{Op: "exec", Status: http.StatusOK, Message: lostOutput}
+	}
 	return code, execID, err
 }
+
+// lostOutput says why a session whose stdin was cut is a failure. When
+// the service cannot write stdin to a process that has exited, Podman 4.3
+// ends the stream at once, without waiting for the output still on its
+// way (libpod/oci_conmon_exec_common.go, attachExecHTTP: a stdin error
+// returns before the stdout copy ends): what arrived may be short of
+// what the command wrote, and nothing tells how much is missing.
+const lostOutput = "the command exited before reading all of its stdin, and Podman ended the stream without waiting for its output: some of it may be lost"
 
 // session is a started exec session whose stream is being demultiplexed.
 type session struct {
@@ -82,6 +95,9 @@ type session struct {
 	done  chan struct{} // closed when Demux has returned
 	err   error         // Demux's error, once done is closed
 	stdin bool          // stdin is being copied to the stream
+	// cut is set when the stream ended because stdin could not be
+	// delivered: Podman may have dropped output (see lostOutput).
+	cut atomic.Bool
 	// output is set once the stream has carried output: the process has
 	// started. Until then, an inspect saying it does not run may mean it
 	// has not begun yet (a slow start under the pids limit).
@@ -107,11 +123,15 @@ func (s seenWriter) Write(p []byte) (int, error) {
 var attachReset = regexp.MustCompile(`^Error: (read|write) unixpacket [^\n]*/attach: (read|write): (connection reset by peer|broken pipe)\n$`)
 
 // dropAttachReset drops a stderr frame that is Podman's attachReset line
-// (Demux hands it over in one Write).
-type dropAttachReset struct{ w io.Writer }
+// (Demux hands it over in one Write), and sets cut when it does.
+type dropAttachReset struct {
+	w   io.Writer
+	cut *atomic.Bool
+}
 
 func (d dropAttachReset) Write(p []byte) (int, error) {
 	if attachReset.Match(p) {
+		d.cut.Store(true)
 		return len(p), nil
 	}
 	return d.w.Write(p)
@@ -129,6 +149,9 @@ func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration) (
 		case <-ss.done:
 			if ss.err != nil && !(ss.stdin && c.exited(ctx, ss.id)) {
 				return -1, ss.err
+			}
+			if ss.err != nil {
+				ss.cut.Store(true) // reset while stdin was sent: output may be lost
 			}
 			drained = true
 		case <-hang:

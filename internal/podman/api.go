@@ -181,10 +181,11 @@ func (a API) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 	return code, true, nil
 }
 
-// CopyIn checks that dir is a directory (PUT would answer a missing one
-// with a bare 404, like a missing container), then PUTs the archive.
+// CopyIn checks that dir is a directory (PUT would create a missing
+// one), then PUTs the archive. The check's path is a pattern
+// ([globLiteral]); PUT's is taken as it is.
 func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
-	st, err := a.c.ArchiveStat(ctx, id, dir)
+	st, err := a.c.ArchiveStat(ctx, id, globLiteral(dir, false))
 	switch {
 	case isNotFound(err):
 		// A HEAD answer has no message: a missing container and a
@@ -204,9 +205,10 @@ func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	return nil
 }
 
-// CopyOut implements [Driver.CopyOut].
+// CopyOut implements [Driver.CopyOut], asking for path as a pattern
+// that matches it alone ([globLiteral]).
 func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
-	rc, err := a.c.ArchiveGet(ctx, id, path)
+	rc, err := a.c.ArchiveGet(ctx, id, globLiteral(path, false))
 	var le *libpod.Error
 	switch {
 	case errors.As(err, &le) && le.Status == 404 && recognise(le.Cause+"\n"+le.Message) == nil:

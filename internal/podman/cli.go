@@ -1,6 +1,8 @@
 package podman
 
 import (
+	"archive/tar"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/hex"
@@ -8,11 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/podvm/podvm/exec"
 )
@@ -190,12 +197,31 @@ func CreateArgs(c Spec) []string {
 // Exec runs p with `podman exec`, its stdio streamed through the
 // executor. podman's exit status is returned as it is: the caller tells
 // the command's from podman's own failures by content ([StartFailure]).
+//
+// When podman's stream to the service broke (podman-remote, when the
+// command exits before reading all of its stdin), podman exits 125 with
+// its own lines last on stderr, in place of the command's status: that
+// is an error matching [ErrPodman] ([LostStream]), never an exit status.
+// The local podman loses output there without a word (conmon resets the
+// attach socket holding unread stdin; podman's reader stops at the reset,
+// libpod/oci_conmon_attach_common.go, redirectResponseToOutputStreams):
+// so a Stdin that podman was still sending when it exited (neither at
+// its end nor waited for) is an error matching [ErrPodman] too.
 func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
+	tail := &tailWriter{max: 4 << 10}
+	stderr := io.Writer(tail)
+	if p.Stderr != nil {
+		stderr = io.MultiWriter(p.Stderr, tail)
+	}
+	var stdin *endReader
+	if p.Stdin != nil {
+		stdin = &endReader{r: p.Stdin}
+	}
 	res, err := d.invoke(ctx, exec.Command{
 		Args:           execArgs(id, p),
-		Stdin:          p.Stdin,
+		Stdin:          stdin.reader(),
 		Stdout:         p.Stdout,
-		Stderr:         p.Stderr,
+		Stderr:         stderr,
 		MaxOutputBytes: 1, // the caller captures through the writers
 	})
 	switch {
@@ -204,8 +230,61 @@ func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 	case res.TimedOut:
 		return -1, true, err
 	}
+	if err := LostStream(p.Argv[0], res.ExitCode, string(tail.b)); err != nil {
+		return -1, true, err
+	}
+	if stdin.pending() {
+		return -1, true, fmt.Errorf("%w: %s: the command exited before reading all of its stdin, and podman may have lost its output with it: "+
+			"the end of the stream is reset, and what was still in it is dropped without a word", ErrPodman, p.Argv[0])
+	}
 	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
+}
+
+// endReader records that its reader has ended (io.EOF or an error), and
+// whether a Read is waiting for it.
+type endReader struct {
+	r       io.Reader
+	ended   atomic.Bool
+	waiting atomic.Int32
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	e.waiting.Add(1)
+	n, err := e.r.Read(p)
+	e.waiting.Add(-1)
+	if err != nil {
+		e.ended.Store(true)
+	}
+	return n, err
+}
+
+// pending reports that, when podman exited, it still had stdin to send:
+// the reader had neither ended nor made podman wait for more.
+func (e *endReader) pending() bool {
+	return e != nil && !e.ended.Load() && e.waiting.Load() == 0
+}
+
+// reader returns e as an io.Reader, nil when e is nil.
+func (e *endReader) reader() io.Reader {
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	b   []byte
+	max int
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
 }
 
 // execArgs is the argv of `podman exec` for p in container id.
@@ -229,16 +308,216 @@ func appendFlag(a []string, flag, v string) []string {
 	return append(a, flag, v)
 }
 
-// CopyIn implements [Driver.CopyIn] with `podman cp -`.
+// CopyIn implements [Driver.CopyIn] with `podman cp - CTR:DIR`.
+//
+// podman cp first stats DIR, reading it as a pattern, then extracts into
+// the path the stat named, as it is (see paths.go): no one string serves
+// both when DIR holds a glob character, and podman-remote sends that path
+// back through JSON, which breaks bytes that are not UTF-8. So for such a
+// DIR, its deepest ancestor that podman reads as itself is the
+// destination and the rest of DIR goes in front of every entry's name,
+// once [CLI.isDir] has found DIR a directory.
+//
+// podman cp spools the archive it reads from stdin into a temporary file
+// before it extracts it, and leaves that file behind
+// (cmd/podman/containers/cp.go, copyToContainer: os.CreateTemp, never
+// removed). Each call gives podman a TMPDIR of its own, mode 0700, and
+// removes it when the call returns, whatever happened.
 func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
-	_, err := d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + dir}, Stdin: r})
+	base, rest := literalParent(dir)
+	if rest != "" {
+		if err := d.isDir(ctx, id, dir); err != nil {
+			return err
+		}
+		pr, pw := io.Pipe()
+		go func(src io.Reader) { pw.CloseWithError(prefixTar(pw, src, rest)) }(r)
+		defer pr.Close()
+		r = pr
+	}
+	tmp, err := os.MkdirTemp("", "podvm-cp-")
+	if err != nil {
+		return fmt.Errorf("%w: copy into %s: a private TMPDIR for podman: %v", ErrPodman, dir, err)
+	}
+	defer os.RemoveAll(tmp)
+	_, err = d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + base}, Stdin: r, Env: []string{"TMPDIR=" + tmp}})
 	return err
 }
 
-// CopyOut implements [Driver.CopyOut] with `podman cp … -`.
-func (d CLI) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
-	_, err := d.run(ctx, "cp", path, exec.Command{Args: []string{"cp", id + ":" + path, "-"}, Stdout: w})
-	return err
+// isDir checks that dir, a path podman cannot name as itself for a
+// copy in, is a directory: it reads the first entry of `podman cp
+// CTR:PATTERN -` and stops podman there. A missing dir matches
+// [fs.ErrNotExist], a file [ErrPodman], as for the API.
+func (d CLI) isDir(ctx context.Context, id, dir string) error {
+	if err := d.nameable(dir); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := &firstHeader{stop: cancel}
+	_, err := d.run(pctx, "cp", dir, exec.Command{Args: []string{"cp", id + ":" + globLiteral(dir, d.host != ""), "-"}, Stdout: first})
+	h := first.header()
+	switch {
+	case h == nil && ctx.Err() != nil:
+		return wrap(nil, "podman cp", dir, ctx.Err())
+	case h == nil && err != nil:
+		return err
+	case h == nil:
+		return fmt.Errorf("%w: copy into %s: podman cp gave no archive", ErrPodman, dir)
+	case strings.TrimSuffix(h.Name, "/") != path.Base(dir):
+		return fmt.Errorf("%w: copy into %s: podman cannot tell this path from %q (bytes that are not UTF-8)", ErrNotSupported, dir, h.Name)
+	case h.Typeflag != tar.TypeDir:
+		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", ErrPodman, dir)
+	}
+	return nil
+}
+
+// nameable refuses a path that podman-remote cannot be made to name
+// alone: bytes that are not UTF-8 in a directory above its last element.
+// Their pattern ([badByteClass]) may match another directory, whose
+// entries would carry the same names as the wanted ones.
+func (d CLI) nameable(p string) error {
+	if dir := path.Dir(p); d.host != "" && !utf8.ValidString(dir) {
+		return fmt.Errorf("%w: %q: podman-remote cannot name a directory with bytes that are not UTF-8 (%q) exactly; use the API or the local podman", ErrNotSupported, p, dir)
+	}
+	return nil
+}
+
+// firstHeader is a writer that keeps the first tar header written to it
+// and calls stop once it has it, dropping the rest.
+type firstHeader struct {
+	mu   sync.Mutex
+	buf  []byte
+	h    *tar.Header
+	stop func()
+}
+
+func (f *firstHeader) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.h != nil || len(f.buf) >= 64<<10 {
+		return len(p), nil
+	}
+	f.buf = append(f.buf, p...)
+	// A header may span PAX records; try to read it at every write.
+	if h, err := tar.NewReader(bytes.NewReader(f.buf)).Next(); err == nil {
+		f.h = h
+		f.stop()
+	}
+	return len(p), nil
+}
+
+func (f *firstHeader) header() *tar.Header {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.h
+}
+
+// prefixTar copies the tar stream r to w with prefix, a relative path,
+// in front of every entry's name and every hard link's target.
+func prefixTar(w io.Writer, r io.Reader, prefix string) error {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		h.Name = prefixName(prefix, h.Name)
+		if h.Typeflag == tar.TypeLink {
+			h.Linkname = prefixName(prefix, h.Linkname)
+		}
+		// The longer name may not fit the entry's format (USTAR holds
+		// 100 bytes and PAX only UTF-8): let the writer choose.
+		h.Format = tar.FormatUnknown
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// prefixName joins prefix and name, keeping a directory's trailing
+// slash.
+func prefixName(prefix, name string) string {
+	p := path.Join(prefix, name)
+	if strings.HasSuffix(name, "/") {
+		p += "/"
+	}
+	return p
+}
+
+// CopyOut implements [Driver.CopyOut] with `podman cp CTR:PATH -`, PATH
+// a pattern that matches path alone ([globLiteral]). For podman-remote,
+// a byte that is not UTF-8 has to be a class that matches any such byte
+// (see globLiteral): then only the entries named after path's own base
+// name are kept, and none is [fs.ErrNotExist].
+func (d CLI) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
+	ambiguous := d.host != "" && !utf8.ValidString(p)
+	if err := d.nameable(p); err != nil {
+		return err
+	}
+	if !ambiguous {
+		_, err := d.run(ctx, "cp", p, exec.Command{Args: []string{"cp", id + ":" + globLiteral(p, false), "-"}, Stdout: w})
+		return err
+	}
+	pr, pw := io.Pipe()
+	kept := make(chan keptResult, 1)
+	go func() {
+		n, err := keepTree(w, pr, path.Base(p))
+		pr.CloseWithError(err)
+		kept <- keptResult{n, err}
+	}()
+	_, err := d.run(ctx, "cp", p, exec.Command{Args: []string{"cp", id + ":" + globLiteral(p, true), "-"}, Stdout: pw})
+	pw.Close()
+	k := <-kept
+	switch {
+	case k.err != nil:
+		return errors.Join(fmt.Errorf("vm: copy out %s: %w", p, k.err), err)
+	case err != nil:
+		return err
+	case k.n == 0:
+		return fmt.Errorf("vm: copy out %s: %w in the sandbox (podman-remote matched another name)", p, fs.ErrNotExist)
+	}
+	return nil
+}
+
+type keptResult struct {
+	n   int
+	err error
+}
+
+// keepTree copies to w the entries of tar stream r whose top-level name
+// is top, and returns how many it kept.
+func keepTree(w io.Writer, r io.Reader, top string) (int, error) {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	n := 0
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			_, err = io.Copy(io.Discard, r) // the padding after the trailer
+			if err == nil {
+				err = tw.Close()
+			}
+			return n, err
+		}
+		if err != nil {
+			return n, err
+		}
+		if first, _, _ := strings.Cut(strings.TrimPrefix(h.Name, "./"), "/"); first != top {
+			continue
+		}
+		n++
+		if err := tw.WriteHeader(h); err != nil {
+			return n, err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return n, err
+		}
+	}
 }
 
 // Remove implements [Driver.Remove] with `podman rm -f -t 0`.

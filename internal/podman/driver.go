@@ -50,9 +50,17 @@ type Driver interface {
 	// caller's kill. The status is Podman's as it is: [StartFailure] tells
 	// Podman's own failure to start the command from the command's exit.
 	Exec(ctx context.Context, id string, p Process) (code int, started bool, err error)
-	// CopyIn extracts the tar stream r into directory dir of container id.
+	// CopyIn extracts the tar stream r into directory dir of container
+	// id. dir is a name, never a pattern, whatever bytes it holds
+	// (paths.go); a missing dir matches fs.ErrNotExist.
 	CopyIn(ctx context.Context, id, dir string, r io.Reader) error
-	// CopyOut writes path of container id to w as a tar stream.
+	// CopyOut writes path of container id to w as a tar stream. path is
+	// a name, never a pattern (paths.go); where Podman cannot be made to
+	// name it alone the error matches [ErrNotSupported], and another
+	// file's data is never sent. Podman's archive leaves sockets out
+	// without a word (buildah's copier, copierHandlerGet: "copier:
+	// skipping socket", logged by the service only): a tree holding one
+	// arrives without it, and the driver cannot tell.
 	CopyOut(ctx context.Context, id, path string, w io.Writer) error
 	// Remove force-removes container id; one already gone is no error,
 	// and one that exits by itself meanwhile is removed still.

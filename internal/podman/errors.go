@@ -29,6 +29,7 @@ var (
 	ErrNameInUse           = errors.New("vm: container name already in use")
 	ErrUnavailable         = errors.New("vm: podman unavailable")
 	ErrPodman              = errors.New("vm: podman failed")
+	ErrNotSupported        = errors.New("vm: not supported")
 )
 
 // ErrNotReached is wrapped, beside [ErrUnavailable], by a call that never
@@ -105,6 +106,29 @@ func StartFailure(name string, code int, stdoutTotal int64, stderrHead string, s
 	}
 	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(msg, "Error: "))
 }
+
+// LostStream returns an error when podman exited 125 (code) because its
+// stream to the service broke, which stderrTail, the end of its stderr,
+// shows by Podman's own lines last (in any order), one of them about the
+// broken stream: podman-remote then reports that instead of the
+// command's status, and may have lost output (containers/podman#25855).
+// A 125 without such lines is data.
+func LostStream(name string, code int, stderrTail string) error {
+	if code != 125 {
+		return nil
+	}
+	lines := strings.Split(strings.TrimRight(stderrTail, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0 && podmanLine.MatchString(lines[i]); i-- {
+		if brokenStream.MatchString(lines[i]) {
+			return fmt.Errorf("%w: %s: podman lost the command's exit status and maybe its output: its stream to the service broke (%s)",
+				ErrPodman, name, strings.TrimPrefix(lines[i], "Error: "))
+		}
+	}
+	return nil
+}
+
+// brokenStream is a line of podman-remote's when its exec stream broke.
+var brokenStream = regexp.MustCompile(`^Error: (read|write) unix(packet)? [^ ]*: (read|write): (connection reset by peer|broken pipe|use of closed network connection)$|level=error msg="Failed to write input to service`)
 
 // podmanLine is a line Podman itself prints on a failure: its error, the
 // CLI's notice that it cannot connect, a podman-remote log line.

@@ -228,3 +228,27 @@ func TestNetNS(t *testing.T) {
 		assert.Equal(t, c.nets, names, c.in)
 	}
 }
+
+// podman-remote's 125 after its stream broke is an error; a command's own
+// 125, or one with the same words among its own output, is data.
+func TestLostStream(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		code int
+		tail string
+		lost bool
+	}{
+		{125, "Error: write unixpacket @->/proc/self/fd/16/attach: write: connection reset by peer\nError: read unix @->/run/podman.sock: read: connection reset by peer\n", true},
+		{125, "mine\nError: read unix @->/s.sock: read: connection reset by peer\ntime=\"2026-11-25T16:07:40Z\" level=error msg=\"Failed to write input to service: write unix @->/s.sock: write: broken pipe\"\n", true},
+		{125, "Error: read unix @->/s.sock: read: connection reset by peer\nmine\n", false},
+		{125, "Error: the build failed\n", false},
+		{3, "Error: read unix @->/s.sock: read: connection reset by peer\n", false},
+	} {
+		err := LostStream("sh", c.code, c.tail)
+		if c.lost {
+			assert.ErrorIs(t, err, ErrPodman, "%d %q", c.code, c.tail)
+		} else {
+			assert.NoError(t, err, "%d %q", c.code, c.tail)
+		}
+	}
+}

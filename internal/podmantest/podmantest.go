@@ -5,7 +5,9 @@
 package podmantest
 
 import (
+	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -98,4 +100,24 @@ func Sample(t testing.TB, name string) *exec.Result {
 		t.Fatalf("sample %s: names are CASE.EXITCODE.txt", name)
 	}
 	return &exec.Result{Stderr: string(b), StderrBytes: int64(len(b)), ExitCode: code}
+}
+
+// FilesHolding returns the regular files beneath dir, up to 64 MiB each,
+// that hold marker: where data written into a sandbox must not have been
+// left on the host.
+func FilesHolding(dir, marker string) []string {
+	var found []string
+	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return nil
+		}
+		if info, err := e.Info(); err != nil || info.Size() > 64<<20 {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(marker)) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
 }

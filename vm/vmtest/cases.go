@@ -395,6 +395,8 @@ func cases(h Harness) []testCase {
 	cases = append(cases, trackedCases(h)...)
 	cases = append(cases, fileCases()...)
 	cases = append(cases, snapshotCases(h)...)
+	cases = append(cases, nameCases()...)
+	cases = append(cases, streamCases()...)
 	return append(cases, hardeningCases(h)...)
 }
 
