@@ -268,15 +268,29 @@ func CopyDirIn(ctx context.Context, v VM, hostDir, sandboxDir string) error {
 		return fmt.Errorf("vm: %s: %w", op, err)
 	}
 	defer root.Close()
-	// Entries are named relative to p's parent, p's own first; into "/"
-	// they are named relative to it, and "/" keeps its mode.
-	dest, prefix := path.Dir(p), path.Base(p)
-	if p == "/" {
-		dest, prefix = "/", ""
+	if p == "/" { // named relative to it, and "/" keeps its mode
+		return copyIn(ctx, v, op, p, p, func(tw *tar.Writer) error { return writeTree(tw, root, "") })
 	}
-	return copyIn(ctx, v, op, p, dest, func(tw *tar.Writer) error {
-		return writeTree(tw, root, prefix)
-	})
+	// Entries are named relative to p, p's own first as "./", and
+	// extracted in p, so that the destination of the copy is p itself:
+	// through the agent, a symlink that code in the sandbox planted under
+	// p cannot lead an entry out of it, not even into p's parent. A p
+	// that is missing is made first, as an archive of p alone extracted
+	// in its parent.
+	tree := func(tw *tar.Writer) error { return writeTree(tw, root, ".") }
+	err = copyIn(ctx, v, op, p, p, tree)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	fi, err := root.Stat(".")
+	if err != nil {
+		return fmt.Errorf("vm: %s: %w", op, err)
+	}
+	h := &tar.Header{Typeflag: tar.TypeDir, Name: path.Base(p) + "/", Mode: tarMode(fi.Mode()), ModTime: fi.ModTime().Truncate(time.Second)}
+	if err := copyIn(ctx, v, op, p, path.Dir(p), func(tw *tar.Writer) error { return tw.WriteHeader(h) }); err != nil {
+		return err
+	}
+	return copyIn(ctx, v, op, p, p, tree)
 }
 
 // CopyDirOut copies the tree of the directory sandboxDir of the sandbox

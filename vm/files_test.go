@@ -73,10 +73,36 @@ func (f *tarVM) CopyIn(_ context.Context, dir string, r io.Reader) error {
 		return fmt.Errorf("tarVM: %w", err)
 	}
 	root, _, _ := strings.Cut(path.Clean(h.Name), "/")
+	if root == "." {
+		// A tree extracted in dir itself: kept as CopyOut of dir names it.
+		root, data = path.Base(dir), renamed(data, path.Base(dir))
+		dir = path.Dir(dir)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.tars[path.Join(dir, root)] = data
 	return nil
+}
+
+// renamed is the archive data, its entries named beneath root instead
+// of ".".
+func renamed(data []byte, root string) []byte {
+	var out bytes.Buffer
+	tr, tw := tar.NewReader(bytes.NewReader(data)), tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		h.Name = path.Join(root, h.Name)
+		if h.Typeflag == tar.TypeDir {
+			h.Name += "/"
+		}
+		_ = tw.WriteHeader(h)
+		_, _ = io.Copy(tw, tr)
+	}
+	_ = tw.Close()
+	return out.Bytes()
 }
 
 // ent is one tar entry: a name ending in "/" is a directory, a link
