@@ -396,6 +396,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, fileCases()...)
 	cases = append(cases, snapshotCases(h)...)
 	cases = append(cases, nameCases()...)
+	cases = append(cases, escapeCases(h)...)
 	cases = append(cases, streamCases()...)
 	return append(cases, hardeningCases(h)...)
 }

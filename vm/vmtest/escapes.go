@@ -1,0 +1,118 @@
+package vmtest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/podvm/podvm/vm"
+)
+
+// escapeCases are the cases of what code in the sandbox can plant for
+// the file calls: symlinks under a copy's destination, and sockets, which
+// a tar stream cannot carry. Through podvm's agent ([Harness.Tracked])
+// the copies refuse both, naming the entry; through Podman's copies the
+// documented limits hold (a planted link is followed within the sandbox,
+// a socket is left out), and the observations are compared across
+// backends.
+func escapeCases(h Harness) []testCase {
+	return []testCase{
+		{Name: "files/planted-link", Promise: "through the agent, a copy into a directory never follows a symlink that the sandbox planted under it out of it: the entry is refused with vm.ErrUnsafeArchive, and a planted link in an entry's place is replaced, never written through",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation { return filesPlantedLink(ctx, t, v, h.Tracked()) }},
+		{Name: "files/socket", Promise: "through the agent, a socket in a tree is reported, not dropped: CopyOut and CopyDirOut fail with vm.ErrUnsafeArchive naming it, ReadDir lists it as a socket",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation { return filesSocket(ctx, t, v, h.Tracked()) }},
+	}
+}
+
+// tarOf is an archive of regular files, name → content.
+func tarOf(files ...string) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for i := 0; i+1 < len(files); i += 2 {
+		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: files[i], Mode: 0o644, Size: int64(len(files[i+1]))})
+		_, _ = io.WriteString(tw, files[i+1])
+	}
+	_ = tw.Close()
+	return b.Bytes()
+}
+
+func filesPlantedLink(ctx context.Context, t *testing.T, v vm.VM, agent bool) []observation {
+	res, err := v.Run(ctx, sh(`mkdir -p /tmp/pl/dst /tmp/pl/out && echo keep > /tmp/pl/out/f &&
+		ln -s /tmp/pl/out /tmp/pl/dst/abs && ln -s ../out /tmp/pl/dst/rel && ln -s ../out/f /tmp/pl/dst/file`))
+	want(t, res, err, "", "", 0)
+	host := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(host, "rel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "rel", "y"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var obs []observation
+	// Entries beneath a planted link: refused.
+	for _, c := range []struct {
+		label string
+		err   error
+	}{
+		{"CopyIn abs/x", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(tarOf("abs/x", "x")))},
+		{"CopyIn rel/x", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(tarOf("rel/x", "x")))},
+	} {
+		obs = append(obs, observeFile(c.label, "", c.err))
+		if agent && !errors.Is(c.err, vm.ErrUnsafeArchive) {
+			t.Errorf("%s through a planted link out of the destination: %v; want an error matching vm.ErrUnsafeArchive", c.label, c.err)
+		}
+	}
+	// Entries in a planted link's place, a directory and a file: the
+	// link is replaced, as tar replaces it, never written through.
+	for _, c := range []struct {
+		label string
+		err   error
+	}{
+		{"CopyDirIn rel/y", vm.CopyDirIn(ctx, v, host, "/tmp/pl/dst")},
+		{"CopyIn file", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(tarOf("file", "new\n")))},
+	} {
+		obs = append(obs, observeFile(c.label, "", c.err))
+		if agent && c.err != nil { // Podman refuses a directory there
+			t.Errorf("%s, in the place of a link the sandbox planted: %v", c.label, c.err)
+		}
+	}
+	res, err, o := run(ctx, v, "what the copies left", sh(`cd /tmp/pl && ls out && cat out/f dst/file dst/rel/y`))
+	obs = append(obs, o)
+	if agent {
+		want(t, res, err, "f\nkeep\nnew\ny", "", 0)
+	}
+	return obs
+}
+
+func filesSocket(ctx context.Context, t *testing.T, v vm.VM, agent bool) []observation {
+	// busybox's syslogd binds the socket /dev/log; cp -a makes another.
+	res, err := v.Run(ctx, sh(`syslogd -O /dev/null && sleep 0.2 && mkdir -p /tmp/so && cp -a /dev/log /tmp/so/sock && echo x > /tmp/so/f && test -S /tmp/so/sock`))
+	if err != nil || res.ExitCode != 0 {
+		t.Skipf("no socket can be made in this sandbox: %v %+v", err, res)
+	}
+	var obs []observation
+	list, err := vm.ReadDir(ctx, v, "/tmp/so")
+	obs = append(obs, observeFile("ReadDir", listDir(list), err))
+	errOut := v.CopyOut(ctx, "/tmp/so", io.Discard)
+	obs = append(obs, observeFile("CopyOut", "", errOut))
+	errDir := vm.CopyDirOut(ctx, v, "/tmp/so", filepath.Join(t.TempDir(), "out"))
+	obs = append(obs, observeFile("CopyDirOut", "", errDir))
+	if !agent {
+		return obs
+	}
+	if err != nil || len(list) != 2 || list[1].Name != "sock" || list[1].Mode.Type() != fs.ModeSocket {
+		t.Errorf("ReadDir of a directory holding a socket: %v, %v; want f and sock, a socket", listDir(list), err)
+	}
+	for what, err := range map[string]error{"CopyOut": errOut, "CopyDirOut": errDir} {
+		if !errors.Is(err, vm.ErrUnsafeArchive) || !strings.Contains(err.Error(), "sock") {
+			t.Errorf("%s of a tree holding a socket: %v; want an error matching vm.ErrUnsafeArchive that names it", what, err)
+		}
+	}
+	return obs
+}
