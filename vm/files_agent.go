@@ -86,6 +86,11 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 // WriteFile implements [FileServer] through the agent: r streams to the
 // file, whatever its size, with nothing spooled on the host.
 func (s *sandbox) WriteFile(ctx context.Context, p string, r io.Reader, size int64, perm fs.FileMode) error {
+	if size >= 0 {
+		// One byte past size is enough for the agent to refuse a content
+		// that holds more; an endless r is never read to its end.
+		r = io.LimitReader(r, size+1)
+	}
 	in := &errReader{r: r}
 	err := s.fileOp(ctx, "write file", p, in, nil, "write", p, strconv.FormatInt(size, 10), strconv.FormatInt(tarMode(perm), 8))
 	if in.Err() != nil {

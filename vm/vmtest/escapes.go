@@ -25,9 +25,15 @@ import (
 func escapeCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "files/planted-link", Promise: "through the agent, a copy into a directory never follows a symlink that the sandbox planted under it out of it: the entry is refused with vm.ErrUnsafeArchive, and a planted link in an entry's place is replaced, never written through",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation { return filesPlantedLink(ctx, t, v, h.Tracked()) }},
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				return filesPlantedLink(ctx, t, v, h.Tracked())
+			}},
+		{Name: "files/write-size", Promise: "WriteFileFrom fails when the content holds fewer or more bytes than its size, even an endless one, and streams a content of unknown size whole",
+			Test: filesWriteSize},
 		{Name: "files/socket", Promise: "through the agent, a socket in a tree is reported, not dropped: CopyOut and CopyDirOut fail with vm.ErrUnsafeArchive naming it, ReadDir lists it as a socket",
-			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation { return filesSocket(ctx, t, v, h.Tracked()) }},
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				return filesSocket(ctx, t, v, h.Tracked())
+			}},
 	}
 }
 
@@ -113,6 +119,40 @@ func filesSocket(ctx context.Context, t *testing.T, v vm.VM, agent bool) []obser
 		if !errors.Is(err, vm.ErrUnsafeArchive) || !strings.Contains(err.Error(), "sock") {
 			t.Errorf("%s of a tree holding a socket: %v; want an error matching vm.ErrUnsafeArchive that names it", what, err)
 		}
+	}
+	return obs
+}
+
+// endless reads 'z' forever.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'z'
+	}
+	return len(p), nil
+}
+
+func filesWriteSize(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	var obs []observation
+	short := vm.WriteFileFrom(ctx, v, "/tmp/ws-short", strings.NewReader("abc"), 10, 0o644)
+	obs = append(obs, observeFile("fewer bytes than the size", "", short))
+	long := vm.WriteFileFrom(ctx, v, "/tmp/ws-long", endless{}, 10, 0o644)
+	obs = append(obs, observeFile("an endless content", "", long))
+	for what, err := range map[string]error{"fewer bytes than its size": short, "an endless content": long} {
+		if err == nil {
+			t.Errorf("WriteFileFrom of %s: nil error", what)
+		}
+	}
+	const n = 3<<20 + 7
+	err := vm.WriteFileFrom(ctx, v, "/tmp/ws-unknown", io.LimitReader(endless{}, n), -1, 0o600)
+	obs = append(obs, observeFile("size -1", "", err))
+	res, rerr, o := run(ctx, v, "its size", sh(`wc -c < /tmp/ws-unknown`))
+	obs = append(obs, o)
+	if err != nil {
+		t.Errorf("WriteFileFrom of %d bytes of unknown size: %v", n, err)
+	} else {
+		want(t, res, rerr, "3145735\n", "", 0)
 	}
 	return obs
 }
