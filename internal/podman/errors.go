@@ -112,16 +112,27 @@ func StartFailure(name string, code int, stdoutTotal int64, stderrHead string, s
 // shows by Podman's own lines last (in any order), one of them about the
 // broken stream: podman-remote then reports that instead of the
 // command's status, and may have lost output (containers/podman#25855).
-// A 125 without such lines is data.
+// A 125 without such lines is data, and so is one whose lines say that
+// the command could not start (Podman 5's remote CLI reports the broken
+// stream after that too): [StartFailure] tells which.
 func LostStream(name string, code int, stderrTail string) error {
 	if code != 125 {
 		return nil
 	}
 	lines := strings.Split(strings.TrimRight(stderrTail, "\n"), "\n")
-	for i := len(lines) - 1; i >= 0 && podmanLine.MatchString(lines[i]); i-- {
-		if brokenStream.MatchString(lines[i]) {
+	i := len(lines)
+	for i > 0 && podmanLine.MatchString(lines[i-1]) {
+		i--
+	}
+	own := lines[i:] // podman's own lines, last
+	switch recognise(strings.Join(own, "\n")) {
+	case exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound:
+		return nil
+	}
+	for _, l := range own {
+		if brokenStream.MatchString(l) {
 			return fmt.Errorf("%w: %s: podman lost the command's exit status and maybe its output: its stream to the service broke (%s)",
-				ErrPodman, name, strings.TrimPrefix(lines[i], "Error: "))
+				ErrPodman, name, strings.TrimPrefix(l, "Error: "))
 		}
 	}
 	return nil

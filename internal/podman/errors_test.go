@@ -243,6 +243,10 @@ func TestLostStream(t *testing.T) {
 		{125, "Error: read unix @->/s.sock: read: connection reset by peer\nmine\n", false},
 		{125, "Error: the build failed\n", false},
 		{3, "Error: read unix @->/s.sock: read: connection reset by peer\n", false},
+		// Podman 5.4's remote CLI, when the command cannot start: a start
+		// failure, for StartFailure, not a lost stream.
+		{125, "Error: runc: exec failed: unable to start container process: chdir to cwd (\"/bin/busybox\") set in config.json failed: not a directory: OCI runtime error\n" +
+			"Error: read unixpacket @->/proc/self/fd/14/attach: read: connection reset by peer\n", false},
 	} {
 		err := LostStream("sh", c.code, c.tail)
 		if c.lost {
