@@ -164,3 +164,28 @@ func TestImageUserIsKept(t *testing.T) {
 		})
 	}
 }
+
+// A local sandbox's channel to its agent is a socket of this process in
+// a directory of the caller's, bind-mounted read-only: the sandbox, root
+// included, can make nothing there, and finds no socket left to connect
+// to (it is removed once the agent connected).
+func TestChannelDirIsClosedToTheSandbox(t *testing.T) {
+	env := podmantest.Need(t)
+	if !strings.HasPrefix(env.Host, "unix://") || os.Getenv("PODVM_TEST_MOUNT_DIR") != "" {
+		t.Skip("the channel is a socket only where the service sees this machine's directories")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
+		t.Run(string(backend), func(t *testing.T) {
+			v, err := vm.New(ctx, vm.Config{Image: env.Image}, vm.WithURL(env.Host), vm.WithBackend(backend))
+			require.NoError(t, err)
+			require.NoError(t, v.Create(ctx))
+			defer v.Remove(context.Background())
+			res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c",
+				`grep -c ' /.podvm/ch .*ro,' /proc/self/mounts; ls -A /.podvm/ch | wc -l; touch /.podvm/ch/x 2>/dev/null || echo refused`}})
+			require.NoError(t, err)
+			assert.Equal(t, "1\n0\nrefused\n", res.Stdout, "the channel directory is mounted read-only, and empty")
+		})
+	}
+}

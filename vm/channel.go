@@ -16,14 +16,16 @@ import (
 )
 
 // This file is the agent's channel where the sandbox runs on the
-// caller's machine: a unix socket that the agent serves in a directory
-// of the caller's, made for this sandbox alone and bind-mounted at
-// agent.ChannelDir. Runs and file calls then travel between two
-// processes of this machine, not through conmon and the Podman service:
-// faster, and a restart of the service does not end the sandbox. Where
-// no directory of the caller's can reach the sandbox (a remote service,
-// a service in a mount namespace of its own), the container's stdio,
-// attached through Podman, is the channel (agent.go).
+// caller's machine: a unix socket that this process listens on, in a
+// directory of the caller's made for this sandbox alone and bind-mounted
+// read-only at agent.ChannelDir, which the agent connects to as it
+// starts. Runs and file calls then travel between two processes of this
+// machine, not through conmon and the Podman service: faster, and a
+// restart of the service does not end the sandbox. The sandbox can make
+// nothing in the directory. Where no directory of the caller's can reach
+// the sandbox (a remote service, a service in a mount namespace of its
+// own), the container's stdio, attached through Podman, is the channel
+// (agent.go).
 
 // channelBase is the directory of the caller's channel directories:
 // $XDG_RUNTIME_DIR/podvm, else podvm-UID in the system's temporary
@@ -48,8 +50,9 @@ func channelBase() (string, error) {
 }
 
 // newChannelDir makes the channel directory of one sandbox, named after
-// the calling process (for [Reap]), which the sandbox's user, whatever
-// uid it maps to, may write (its parent keeps everyone else out).
+// the calling process (for [Reap]). The sandbox's user, whatever uid it
+// maps to, may reach the socket in it (mode 0711, the socket 0666); its
+// parent keeps everyone else out.
 func newChannelDir() (string, error) {
 	base, err := channelBase()
 	if err != nil {
@@ -64,7 +67,7 @@ func newChannelDir() (string, error) {
 		os.Remove(dir)
 		return "", fmt.Errorf("vm: socket path %s is too long", sock)
 	}
-	if err := os.Chmod(dir, 0o777); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil {
 		os.Remove(dir)
 		return "", err
 	}
@@ -76,30 +79,35 @@ func channelSocket(dir string) string {
 	return filepath.Join(dir, filepath.Base(agent.Socket))
 }
 
-// connectAgent starts created container id, whose agent serves only the
-// socket in the channel directory dir, and connects to it. The socket is
-// made by PID 1 before anything else runs in the sandbox, so what
-// answers is the agent; it refuses peers inside the sandbox.
+// connectAgent listens on the socket of the channel directory dir,
+// starts created container id, whose agent connects to it, and takes
+// that one connection: the agent, PID 1, makes it before anything else
+// runs in the sandbox. The socket is then removed: nothing else can
+// connect.
 func (s *sandbox) connectAgent(ctx context.Context, id, dir string) (*agent.Client, error) {
+	sock := channelSocket(dir)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("vm: the agent's socket: %w", err)
+	}
+	defer l.Close() // and removed
+	if err := os.Chmod(sock, 0o666); err != nil {
+		return nil, fmt.Errorf("vm: the agent's socket: %w", err)
+	}
 	if err := s.d.Start(ctx, id); err != nil {
 		return nil, err
 	}
-	sock := channelSocket(dir)
-	bound := time.NewTimer(agentHello)
-	defer bound.Stop()
-	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 20*time.Millisecond) {
-		conn, err := net.Dial("unix", sock)
-		if err == nil {
-			return s.handshake(ctx, conn)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("vm: connecting to the agent: %w", ctx.Err())
-		case <-bound.C:
-			return nil, fmt.Errorf("%w: the sandbox's agent did not listen on %s within %v: %w", ErrPodman, sock, agentHello, err)
-		case <-time.After(wait):
-		}
+	_ = l.SetDeadline(time.Now().Add(agentHello))
+	stop := context.AfterFunc(ctx, func() { _ = l.SetDeadline(time.Now()) })
+	defer stop()
+	conn, err := l.AcceptUnix()
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("vm: connecting to the agent: %w", ctx.Err())
+	case err != nil:
+		return nil, fmt.Errorf("%w: the sandbox's agent did not connect to %s within %v: %w", ErrPodman, sock, agentHello, err)
 	}
+	return s.handshake(ctx, conn)
 }
 
 // reapChannelDirs removes the channel directories of processes that no

@@ -25,7 +25,7 @@ func TestChannelDirs(t *testing.T) {
 		assert.True(t, strings.HasPrefix(filepath.Base(dir), strconv.Itoa(os.Getpid())+"-"), "named after its owner, for Reap: %s", dir)
 		fi, err := os.Stat(dir)
 		require.NoError(t, err)
-		assert.Equal(t, os.FileMode(0o777), fi.Mode().Perm(), "the sandbox's user, whatever uid it maps to, makes the socket")
+		assert.Equal(t, os.FileMode(0o711), fi.Mode().Perm(), "the sandbox's user, whatever uid it maps to, reaches the socket, and lists nothing")
 	}
 	fi, err := os.Stat(base)
 	require.NoError(t, err)

@@ -231,8 +231,8 @@ func (c Config) spec(a *agentMount) podman.Spec {
 			s.Mounts = append(s.Mounts, podman.Mount{Source: a.hostDir, Target: agent.Dir, ReadOnly: true})
 		}
 		if a.chanDir != "" {
-			s.Mounts = append(s.Mounts, podman.Mount{Source: a.chanDir, Target: agent.ChannelDir})
-			s.AgentArgs = agent.SocketArgs
+			s.Mounts = append(s.Mounts, podman.Mount{Source: a.chanDir, Target: agent.ChannelDir, ReadOnly: true})
+			s.AgentArgs = agent.ConnectArgs
 		}
 	}
 	return s

@@ -80,7 +80,7 @@ func TestInfo(t *testing.T) {
 	info := a.Info()
 	require.Equal(t, 1, info.PID, "the agent is PID 1 of its namespace")
 	require.Equal(t, runtime.GOARCH, info.Arch)
-	require.Equal(t, 1, info.Version)
+	require.Equal(t, 2, info.Version, "wire.Version")
 }
 
 func TestStdin(t *testing.T) {
@@ -455,15 +455,17 @@ func TestSocketServesOnlyPeersOutside(t *testing.T) {
 	require.Equal(t, "read 0 bytes: EOF\n", r.stdout)
 }
 
-// startSocketAgent starts the agent serving only a socket, in a PID
-// namespace of its own, and returns the socket's path and a channel
-// closed when the agent exits.
-func startSocketAgent(t *testing.T, args ...string) (string, <-chan struct{}) {
+// startConnectAgent starts the agent, in a PID namespace of its own,
+// connecting to a socket this test listens on, and returns the client
+// of that connection and a channel closed when the agent exits.
+func startConnectAgent(t *testing.T) (*Client, <-chan struct{}) {
 	t.Helper()
 	needAgent(t)
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	cmd := osexec.Command("/usr/bin/unshare", append([]string{"--pid", "--fork", "--mount-proc", "--kill-child",
-		agentBin, "-stdio=false", "-listen", sock}, args...)...)
+	sock := filepath.Join(t.TempDir(), "host.sock")
+	l, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer l.Close()
+	cmd := osexec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", agentBin, "-connect", sock)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})
@@ -472,7 +474,45 @@ func startSocketAgent(t *testing.T, args ...string) (string, <-chan struct{}) {
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	return sock, done
+	require.NoError(t, l.(*net.UnixListener).SetDeadline(time.Now().Add(10*time.Second)))
+	conn, err := l.Accept()
+	require.NoError(t, err)
+	c, err := NewClient(conn)
+	require.NoError(t, err)
+	return c, done
+}
+
+func TestConnectServesOneHost(t *testing.T) {
+	c, exited := startConnectAgent(t)
+	var out syncBuffer
+	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "connected"}}, nil, &out, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0, ex.Code)
+	require.Equal(t, "connected\n", out.String())
+
+	// When the host's connection ends, every run is killed and the
+	// agent exits.
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_, _ = c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "sleep", "1000"}}, nil, nil, nil)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not exit when its connection ended")
+	}
+	<-ran
+}
+
+func TestConnectFailsWithoutAHost(t *testing.T) {
+	needAgent(t)
+	cmd := osexec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--kill-child", agentBin, "-connect", filepath.Join(t.TempDir(), "none.sock"))
+	err := cmd.Run()
+	var ee *osexec.ExitError
+	require.ErrorAs(t, err, &ee, "no socket to connect to: the agent exits at once")
 }
 
 // dialSocket connects to the agent's socket once it is there.
@@ -489,47 +529,4 @@ func dialSocket(t *testing.T, sock string) *Client {
 	c, err := NewClient(conn)
 	require.NoError(t, err)
 	return c
-}
-
-func TestSocketOnlyLivesAsLongAsItsPeers(t *testing.T) {
-	sock, exited := startSocketAgent(t)
-	c := dialSocket(t, sock)
-	fi, err := os.Stat(sock)
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o666), fi.Mode().Perm(), "any uid the host maps the sandbox to may connect")
-	second := dialSocket(t, sock)
-	var out syncBuffer
-	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "socket only"}}, nil, &out, nil)
-	require.NoError(t, err)
-	require.Equal(t, 0, ex.Code)
-	require.Equal(t, "socket only\n", out.String())
-
-	// A run of the remaining peer is killed when that peer leaves too.
-	started := make(chan Exit, 1)
-	go func() {
-		ex, _ := second.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "sleep", "1000"}}, nil, nil, nil)
-		started <- ex
-	}()
-	c.Close()
-	select {
-	case <-exited:
-		t.Fatal("the agent exited while a peer was still connected")
-	case <-time.After(200 * time.Millisecond):
-	}
-	second.Close()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent did not exit when its last peer left")
-	}
-	<-started
-}
-
-func TestSocketOnlyExitsWhenNobodyComes(t *testing.T) {
-	_, exited := startSocketAgent(t, "-first-peer", "300ms")
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the agent waited for a peer past -first-peer")
-	}
 }

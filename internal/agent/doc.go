@@ -101,21 +101,20 @@
 //
 // # The unix socket
 //
-// With -listen PATH the agent also serves the protocol on a unix socket
-// (in a host directory bind-mounted for this sandbox alone), one session
-// per connection, but only to peers outside the sandbox's PID namespace:
-// SO_PEERCRED reports pid 0 for a peer whose pid has no number in the
-// agent's namespace, and a peer inside gets closed. The socket file is
-// mode 0666 (its directory is what keeps others out), so the host's user
-// can connect whatever uid the sandbox maps the agent to. With
-// -stdio=false the socket is the only channel: the agent exits, killing
-// everything, when its last peer leaves, or when none has come within
-// -first-peer (a minute). The host connects once, before any command
-// runs, so what answers is PID 1; a process in the sandbox could later
-// replace the socket file with a decoy, which only a new connection
-// would meet. The stdio channel is single-use (Podman closes the
-// container's stdin when its first attached client leaves): when it ends,
-// the agent kills everything and exits.
+// With -listen PATH the agent also serves the protocol on a unix socket,
+// one session per connection, but only to peers outside the sandbox's
+// PID namespace: SO_PEERCRED reports pid 0 for a peer whose pid has no
+// number in the agent's namespace, and a peer inside gets closed.
+//
+// With -connect PATH the channel is a connection the agent makes, as it
+// starts, to a socket the host listens on (in a host directory made for
+// this sandbox alone, bind-mounted read-only): the sandbox can make
+// nothing there, and the host removes the socket once the agent is
+// connected, so nothing else can reach it. Like the stdio channel it is
+// single-use: when it ends, the agent kills everything and exits. The
+// stdio channel (Podman closes the container's stdin when its first
+// attached client leaves) is used where no directory of the host reaches
+// the sandbox.
 //
 // # Files
 //

@@ -18,15 +18,16 @@ const (
 	// Path is the agent binary, the sandbox's PID 1.
 	Path = Dir + "/podvm-agent"
 	// ChannelDir is where a directory of the host, made for one sandbox,
-	// is bind-mounted when the sandbox runs on the caller's machine: the
-	// agent's socket is there.
+	// is bind-mounted read-only when the sandbox runs on the caller's
+	// machine: the host's socket for the agent is there.
 	ChannelDir = Dir + "/ch"
-	// Socket is the agent's socket in [ChannelDir].
+	// Socket is the host's socket in [ChannelDir], which the agent
+	// connects to.
 	Socket = ChannelDir + "/agent.sock"
 )
 
-// SocketArgs are the agent's arguments when it serves [Socket] alone.
-var SocketArgs = []string{"-stdio=false", "-listen", Socket}
+// ConnectArgs are the agent's arguments when its channel is [Socket].
+var ConnectArgs = []string{"-connect", Socket}
 
 var hostDirs sync.Map // goarch → the directory HostDir made
 

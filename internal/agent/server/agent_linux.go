@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,9 +37,8 @@ func Main(args []string) int {
 	fs := flag.NewFlagSet("podvm-agent", flag.ContinueOnError)
 	shimMode := fs.Bool("shim", false, "serve runs for the agent (internal)")
 	listen := fs.String("listen", "", "also serve the protocol on a unix socket at this path, to peers outside the sandbox's PID namespace only")
-	stdio := fs.Bool("stdio", true, "serve the protocol on stdin and stdout; when false, serve -listen's socket only and exit once its last peer has left")
-	firstPeer := fs.Duration("first-peer", time.Minute, "with -stdio=false: exit when no peer has come within this time")
-	if err := fs.Parse(args); err != nil || !*stdio && *listen == "" {
+	connect := fs.String("connect", "", "serve the protocol on a connection to the unix socket the host listens on at this path, instead of stdin and stdout")
+	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *shimMode {
@@ -57,37 +55,33 @@ func Main(args []string) int {
 	// PID 1 is the reaper of its namespace anyway; elsewhere (tests) this
 	// makes the agent one.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	a := &agent{sessions: map[*session]bool{}, socketOnly: !*stdio}
+	a := &agent{sessions: map[*session]bool{}}
 	a.pool = newPool(func() { _ = a.sweep(shutdownGrace) })
 	if *listen != "" {
 		l, err := net.Listen("unix", *listen)
 		if err != nil {
 			return 1
 		}
-		// The socket's directory is what guards it (the host makes it
-		// for this sandbox alone); the file itself must let the host's
-		// user connect, whatever uid the sandbox maps it to.
-		if err := os.Chmod(*listen, 0o666); err != nil {
-			return 1
-		}
 		go a.accept(l.(*net.UnixListener))
 	}
-	if a.socketOnly {
+	var s *session
+	if *connect != "" {
+		// The host's socket is the channel: the sandbox sees it on a
+		// read-only mount and can make nothing there. The connection is
+		// made before anything else runs in the sandbox.
 		in.Close()
 		out.Close()
-		// A host that never connects (it died after the start) leaves
-		// nobody to end the sandbox but this.
-		time.AfterFunc(*firstPeer, func() {
-			if !a.served.Load() {
-				a.shutdown(nil)
-			}
-		})
-		select {} // shutdown exits
+		c, err := (&net.Dialer{Timeout: 10 * time.Second}).Dial("unix", *connect)
+		if err != nil {
+			return 1
+		}
+		s = a.newSession(c, c, func() { c.Close() })
+	} else {
+		s = a.newSession(in, out, func() { in.Close(); out.Close() })
 	}
-	s := a.newSession(in, out, func() { in.Close(); out.Close() })
 	s.serve()
-	// The stdio channel is single-use: once it ends nobody can reach
-	// the agent any more, so everything it runs dies with it.
+	// The channel is single-use: once it ends nobody can reach the agent
+	// any more, so everything it runs dies with it.
 	a.shutdown(nil)
 	return 0
 }
@@ -98,13 +92,8 @@ type agent struct {
 	pool     *pool
 	mu       sync.Mutex
 	sessions map[*session]bool
-	// socketOnly: the socket is the only channel, and the agent lives
-	// as long as its peers: when the last one leaves (the host closed
-	// the sandbox, or died), everything is killed and the agent exits.
-	socketOnly bool
-	served     atomic.Bool // a socket peer was served
-	sweepMu    sync.Mutex
-	downOnce   sync.Once
+	sweepMu  sync.Mutex
+	downOnce sync.Once
 }
 
 // accept serves peers of the socket that are outside the sandbox's PID
@@ -127,17 +116,7 @@ func (a *agent) accept(l *net.UnixListener) {
 			c.Close()
 			continue
 		}
-		a.served.Store(true)
-		s := a.newSession(c, c, func() { c.Close() })
-		go func() {
-			s.serve()
-			a.mu.Lock()
-			last := len(a.sessions) == 0
-			a.mu.Unlock()
-			if last && a.socketOnly {
-				a.shutdown(nil)
-			}
-		}()
+		go a.newSession(c, c, func() { c.Close() }).serve()
 	}
 }
 
