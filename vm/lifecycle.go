@@ -122,6 +122,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 		s.st.Store(&state{id: id, agent: a})
 		return nil
 	case errors.Is(err, podman.ErrNotReached):
+		s.removeChanDir()
 		return err // nothing was made
 	}
 	// With a context of its own: ctx may be what ended the create.
@@ -133,18 +134,16 @@ func (s *sandbox) Create(ctx context.Context) error {
 	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && pause(cctx, 100*time.Millisecond) {
 		rmErr = s.removeMade(cctx, id)
 	}
-	if rmErr == nil {
-		s.removeChanDir()
-	}
 	switch {
 	case rmErr == nil:
 	case errors.Is(err, ErrUnavailable) && errors.Is(rmErr, ErrUnavailable):
 		// Podman cannot be reached, most likely never was: whatever it
 		// may have made carries podvm's labels, for Reap.
 	default:
-		s.made = true
+		s.made = true // Remove tries again, the channel directory too
 		return errors.Join(err, fmt.Errorf("vm: removing what the failed create made: %w", rmErr))
 	}
+	s.removeChanDir()
 	return err
 }
 
@@ -306,6 +305,7 @@ func (s *sandbox) Remove(ctx context.Context) error {
 		defer a.Close()
 	}
 	if !s.made {
+		s.removeChanDir()
 		return nil
 	}
 	err := s.removeMade(ctx, st.id)
