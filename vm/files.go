@@ -277,9 +277,13 @@ func CopyDirIn(ctx context.Context, v VM, hostDir, sandboxDir string) error {
 	// p cannot lead an entry out of it, not even into p's parent. A p
 	// that is missing is made first, as an archive of p alone extracted
 	// in its parent.
-	tree := func(tw *tar.Writer) error { return writeTree(tw, root, ".") }
+	var treeErr error // the host's side failed: not a missing p
+	tree := func(tw *tar.Writer) error {
+		treeErr = writeTree(tw, root, ".")
+		return treeErr
+	}
 	err = copyIn(ctx, v, op, p, p, tree)
-	if !errors.Is(err, fs.ErrNotExist) {
+	if treeErr != nil || !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	fi, err := root.Stat(".")

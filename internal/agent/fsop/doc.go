@@ -23,7 +23,7 @@
 // any other file that is not regular without opening it for reading, and
 // refuses a file over MAX bytes (-1: no cap) before writing anything; a
 // file that grows past MAX while it is read delivers MAX bytes and fails
-// (code 5).
+// ([CodeTooLarge]).
 //
 // write takes exactly SIZE bytes (-1: all of stdin) and gives the file
 // exactly mode PERM (octal, setuid, setgid and sticky included) whatever
@@ -42,21 +42,21 @@
 // to the second): PATH itself is followed if it is a symlink, nothing
 // beneath it is, other mounts are crossed. Hard links within the tree
 // become links to the first name seen; FIFOs and devices are carried as
-// their tar types; a socket fails the operation (code 4) naming it. A
+// their tar types; a socket fails the operation ([CodeUnsafe]) naming it. A
 // regular file that changes size while it is read still gets exactly the
 // size of its header (cut, or padded with zeros), and the operation goes
-// on and fails at the end (code 1) naming the first such file.
+// on and fails at the end ([CodeFailed]) naming the first such file.
 //
 // tar-in extracts beneath DIR (itself reached through any symlinks). Each
 // entry's parent is resolved with openat2(RESOLVE_BENEATH|
 // RESOLVE_NO_MAGICLINKS) from a descriptor of DIR, so a symlink under DIR
 // may lead elsewhere under DIR but never out of it: such an entry fails
-// (code 4) naming it, as do absolute names and names with "..". Where the
+// ([CodeUnsafe]) naming it, as do absolute names and names with "..". Where the
 // kernel lacks openat2 (before Linux 5.6) parents are walked one
 // component at a time and any symlink among them is refused. Existing
 // files are removed and created again, never opened; directories are
 // merged; missing parents are created (the umask applies to those);
-// devices are refused (code 4); a PAX global header is skipped. Modes are
+// devices are refused ([CodeUnsafe]); a PAX global header is skipped. Modes are
 // applied exactly, mtimes too (directories' after their contents, at the
 // end); ownership stays the process's. stdin is read to its end. The
 // first failing entry ends the extraction: what came before it stays, its

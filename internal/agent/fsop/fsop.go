@@ -11,24 +11,25 @@ import (
 // Code is the exit code of an operation: what the host maps to an error.
 type Code int
 
-// The exit codes of [Main].
+// The exit codes of [Main]. Those with a meaning start at 64, clear of
+// the 2 that a Go program's fatal error or a bad flag exits with.
 const (
 	// CodeOK: the operation succeeded.
 	CodeOK Code = 0
 	// CodeFailed: any failure without a code of its own.
 	CodeFailed Code = 1
 	// CodeNotExist: the path, or one of its parents, does not exist.
-	CodeNotExist Code = 2
+	CodeNotExist Code = 64
 	// CodeInvalid: the file is of the wrong kind (a directory, not a
 	// directory, not a regular file) or an argument is bad.
-	CodeInvalid Code = 3
+	CodeInvalid Code = 65
 	// CodeUnsafe: an entry would land outside the destination, or cannot
 	// be carried faithfully (a socket in a tar, a device to create).
-	CodeUnsafe Code = 4
+	CodeUnsafe Code = 66
 	// CodeTooLarge: the file is over the caller's cap.
-	CodeTooLarge Code = 5
+	CodeTooLarge Code = 67
 	// CodeExist: something exists where it must not.
-	CodeExist Code = 6
+	CodeExist Code = 68
 )
 
 // bufSize is the size of every copy buffer.

@@ -276,8 +276,8 @@ func TestTarOutRoots(t *testing.T) {
 		assert.Equal(t, []int64{tar.TypeChar, 1, 3}, []int64{int64(null.Typeflag), null.Devmajor, null.Devminor})
 	}
 
-	assert.Equal(t, result{4, "", "entry \"s/sock\": a socket cannot be put in a tar\n"}, discardStdout(call(t, "", "tar-out", dir+"/s")))
-	assert.Equal(t, result{2, "", "no such file or directory\n"}, call(t, "", "tar-out", dir+"/missing"))
+	assert.Equal(t, result{int(CodeUnsafe), "", "entry \"s/sock\": a socket cannot be put in a tar\n"}, discardStdout(call(t, "", "tar-out", dir+"/s")))
+	assert.Equal(t, result{int(CodeNotExist), "", "no such file or directory\n"}, call(t, "", "tar-out", dir+"/missing"))
 }
 
 func TestTarOutChangedSize(t *testing.T) {
@@ -596,8 +596,8 @@ func TestTarInDestination(t *testing.T) {
 	require.NoError(t, os.Symlink("d", dir+"/link"))
 	stream := archive(t, reg("f", "f", 0o644))
 
-	assert.Equal(t, result{2, "", "no such file or directory\n"}, call(t, stream, "tar-in", dir+"/missing"))
-	assert.Equal(t, result{3, "", "not a directory\n"}, call(t, stream, "tar-in", dir+"/file"))
+	assert.Equal(t, result{int(CodeNotExist), "", "no such file or directory\n"}, call(t, stream, "tar-in", dir+"/missing"))
+	assert.Equal(t, result{int(CodeInvalid), "", "not a directory\n"}, call(t, stream, "tar-in", dir+"/file"))
 	assert.Equal(t, result{0, "", ""}, call(t, stream, "tar-in", dir+"/link"))
 	assert.FileExists(t, dir+"/d/f", "through the symlink")
 

@@ -3,6 +3,7 @@ package fsop
 import (
 	"archive/tar"
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,6 +64,11 @@ func extract(dir string, r io.Reader, beneath bool) error {
 			return fmt.Errorf("reading the tar stream: %w", err)
 		}
 		if err := x.entry(hdr, tr); err != nil {
+			// Only the destination is "not there" (CodeNotExist): an
+			// entry's ENOENT (a parent removed meanwhile) is a failure.
+			if errors.Is(err, unix.ENOENT) {
+				return failf(CodeFailed, "entry %q: %v", hdr.Name, err)
+			}
 			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 	}
