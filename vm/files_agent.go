@@ -41,9 +41,20 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 	}
 	var stderr bytes.Buffer // one line, from the agent
 	req := agent.Request{Argv: append([]string{agent.Path, "-fs"}, args...), Dir: "/"}
+	// A stdout that fails (the guard refused an entry, the caller's
+	// writer broke, a reply over its bound) ends the operation at once.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out *stopWriter
+	if stdout != nil {
+		out = &stopWriter{w: stdout, stop: cancel}
+		stdout = out
+	}
 	ex, err := st.agent.Run(ctx, req, stdin, stdout, &limitWriter{w: &stderr, n: 4 << 10})
 	why := strings.TrimSpace(stderr.String())
 	switch {
+	case out != nil && out.err != nil:
+		return fmt.Errorf("vm: %s %s: %w", op, p, out.err)
 	case errors.Is(err, agent.ErrChannelClosed):
 		return s.channelClosed(ctx, op+" "+p, err)
 	case err != nil:
@@ -68,6 +79,48 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 	}
 	return fmt.Errorf("vm: %s %s: %s: %w", op, p, why, sentinel)
 }
+
+// stopWriter passes writes to w until one fails: it keeps that error and
+// calls stop. Run returns only once no Write is in progress.
+type stopWriter struct {
+	w    io.Writer
+	stop func()
+	err  error
+}
+
+func (s *stopWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	if err != nil {
+		s.err = err
+		s.stop()
+	}
+	return n, err
+}
+
+// boundedBuffer holds what is written to it up to max bytes, and fails
+// past that: what the agent sends the host is bounded whatever runs in
+// the sandbox.
+type boundedBuffer struct {
+	bytes.Buffer
+	max int64
+}
+
+// errOverBound: the agent sent more than the call can take.
+var errOverBound = errors.New("the sandbox sent more than asked for")
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	if int64(b.Len()+len(p)) > b.max {
+		return 0, fmt.Errorf("%w (over %d bytes)", errOverBound, b.max)
+	}
+	return b.Buffer.Write(p)
+}
+
+// maxListing bounds a directory listing the agent sends: ReadDir holds it
+// in memory.
+const maxListing = 256 << 20
 
 // limitWriter keeps the first n bytes written to it and drops the rest.
 type limitWriter struct {
@@ -101,12 +154,13 @@ func (s *sandbox) WriteFile(ctx context.Context, p string, r io.Reader, size int
 
 // ReadFile implements [FileServer] through the agent.
 func (s *sandbox) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte, error) {
-	var b bytes.Buffer
-	if err := s.fileOp(ctx, "read file", p, nil, &b, "read", p, strconv.FormatInt(maxBytes, 10)); err != nil {
-		return nil, err
+	b := &boundedBuffer{max: maxBytes}
+	err := s.fileOp(ctx, "read file", p, nil, b, "read", p, strconv.FormatInt(maxBytes, 10))
+	if errors.Is(err, errOverBound) {
+		return nil, fmt.Errorf("%w: %w", ErrPodman, err)
 	}
-	if int64(b.Len()) > maxBytes {
-		return nil, fmt.Errorf("%w: read file %s: the agent sent %d bytes, over the cap of %d", ErrPodman, p, b.Len(), maxBytes)
+	if err != nil {
+		return nil, err
 	}
 	return b.Bytes(), nil
 }
@@ -114,11 +168,15 @@ func (s *sandbox) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byt
 // ReadDir implements [FileServer] through the agent: only the listing
 // travels, not the tree.
 func (s *sandbox) ReadDir(ctx context.Context, dir string) ([]FileInfo, error) {
-	var b bytes.Buffer
-	if err := s.fileOp(ctx, "read dir", dir, nil, &b, "list", dir); err != nil {
+	b := &boundedBuffer{max: maxListing}
+	err := s.fileOp(ctx, "read dir", dir, nil, b, "list", dir)
+	if errors.Is(err, errOverBound) {
+		return nil, fmt.Errorf("%w: %w", ErrPodman, err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	list, err := fsop.DecodeList(&b)
+	list, err := fsop.DecodeList(b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read dir %s: %w", ErrPodman, dir, err)
 	}
