@@ -11,8 +11,9 @@ import (
 )
 
 // Version is the protocol version the agent announces in its Hello frame.
-// A client refuses an agent with another version.
-const Version = 1
+// A client refuses an agent with another version. Version 2: frames of
+// 128 KiB in 1 MiB windows, and file operations (-fs).
+const Version = 2
 
 // Type is a frame's type.
 type Type uint8
