@@ -277,13 +277,16 @@ func CopyDirIn(ctx context.Context, v VM, hostDir, sandboxDir string) error {
 	// p cannot lead an entry out of it, not even into p's parent. A p
 	// that is missing is made first, as an archive of p alone extracted
 	// in its parent.
-	var treeErr error // the host's side failed: not a missing p
+	var hostErr error // the host's side failed: not a missing p
 	tree := func(tw *tar.Writer) error {
-		treeErr = writeTree(tw, root, ".")
-		return treeErr
+		err := writeTree(tw, root, ".")
+		if !errors.Is(err, errStreamEnded) { // the copy ended first
+			hostErr = err
+		}
+		return err
 	}
 	err = copyIn(ctx, v, op, p, p, tree)
-	if treeErr != nil || !errors.Is(err, fs.ErrNotExist) {
+	if hostErr != nil || !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	fi, err := root.Stat(".")
@@ -381,6 +384,14 @@ func fileError(op, p string, err error) error {
 	return err
 }
 
+// checkedCopier is a VM that can take an archive whose every entry was
+// checked as the tar guard checks it already (writeTree does, and
+// WriteFile's one entry is its own): the guard's second pass, which
+// decodes and encodes the archive again, is saved.
+type checkedCopier interface {
+	copyInChecked(ctx context.Context, dir string, r io.Reader) error
+}
+
 // errStreamEnded closes the pipe of a copy that ended before its stream.
 var errStreamEnded = errors.New("vm: the copy ended before its tar stream")
 
@@ -399,7 +410,12 @@ func copyIn(ctx context.Context, v VM, op, p, dir string, write func(*tar.Writer
 		pw.CloseWithError(err)
 		wrote <- err
 	}()
-	err := v.CopyIn(ctx, dir, pr)
+	var err error
+	if c, ok := v.(checkedCopier); ok {
+		err = c.copyInChecked(ctx, dir, pr)
+	} else {
+		err = v.CopyIn(ctx, dir, pr)
+	}
 	pr.CloseWithError(errStreamEnded)
 	werr := <-wrote
 	switch {
