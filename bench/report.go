@@ -187,18 +187,25 @@ func reportP50(w io.Writer, caption string, ss []*series, base, baseLabel string
 
 func (b *bench) reportStream(w io.Writer) {
 	n := b.sz.streamBytes
-	fmt.Fprintf(w, "\n**Stdout throughput** of %s: `%s`, %s; podvm keeps its default 1 MiB capture\n\n", mib(n), shellLine(streamArgv(n)), runs(b.streamRes))
-	cli := find(b.streamRes, nameCLIStream)
-	fmt.Fprintln(w, "| how | p50 | p90 | MiB/s at p50 | vs CLI | failures |")
+	reportThroughput(w, fmt.Sprintf("**Stdout throughput** of %s: `%s`, %s; podvm keeps its default 1 MiB capture", mib(n), shellLine(streamArgv(n)), runs(b.streamRes)),
+		b.streamRes, n, nameCLIStream, "CLI")
+}
+
+// reportThroughput is a table of how fast each of ss moved n bytes, and
+// its speed against that of the row named ref.
+func reportThroughput(w io.Writer, caption string, ss []*series, n int64, ref, refLabel string) {
+	fmt.Fprintf(w, "\n%s\n\n", caption)
+	base := find(ss, ref)
+	fmt.Fprintf(w, "| how | p50 | p90 | MiB/s at p50 | vs %s | failures |\n", refLabel)
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
-	for _, s := range b.streamRes {
+	for _, s := range ss {
 		if !s.ok() {
 			fmt.Fprintf(w, "| %s | %s | | | | %s |\n", s.name, skipped(s), failures(s))
 			continue
 		}
 		vs := "–"
-		if cli != nil {
-			vs = ratio(float64(cli.p50()), float64(s.p50()))
+		if base != nil {
+			vs = ratio(float64(base.p50()), float64(s.p50()))
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s |\n", s.name, ms(s.p50()), ms(s.p90()), mibps(n, s.p50()), vs, failures(s))
 	}

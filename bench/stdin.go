@@ -66,19 +66,6 @@ func (b *bench) stdins(ctx context.Context) error {
 
 func (b *bench) reportStdin(w io.Writer) {
 	n := b.sz.streamBytes
-	fmt.Fprintf(w, "\n**Stdin throughput** of %s into `%s`, %s\n\n", mib(n), shellLine(stdinArgv), runs(b.stdinRes))
-	floor := find(b.stdinRes, nameRuncStdin)
-	fmt.Fprintln(w, "| how | p50 | p90 | MiB/s at p50 | vs runc | failures |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
-	for _, s := range b.stdinRes {
-		if !s.ok() {
-			fmt.Fprintf(w, "| %s | %s | | | | %s |\n", s.name, skipped(s), failures(s))
-			continue
-		}
-		vs := "–"
-		if floor != nil {
-			vs = ratio(float64(floor.p50()), float64(s.p50()))
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s |\n", s.name, ms(s.p50()), ms(s.p90()), mibps(n, s.p50()), vs, failures(s))
-	}
+	reportThroughput(w, fmt.Sprintf("**Stdin throughput** of %s into `%s`, %s", mib(n), shellLine(stdinArgv), runs(b.stdinRes)),
+		b.stdinRes, n, nameRuncStdin, "runc")
 }
