@@ -437,24 +437,6 @@ func TestEmbeddedBinaryRuns(t *testing.T) {
 	require.Equal(t, "embedded\n", r.stdout)
 }
 
-func TestSocketServesOnlyPeersOutside(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	a := startAgentArgs(t, "-listen", sock)
-	c := dialSocket(t, sock)
-	defer c.Close()
-	var out syncBuffer
-	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "via socket"}}, nil, &out, nil)
-	require.NoError(t, err)
-	require.Equal(t, 0, ex.Code)
-	require.Equal(t, "via socket\n", out.String())
-
-	// A process inside the sandbox is closed on without a Hello.
-	exe, _ := os.Executable()
-	r := a.run(context.Background(), Request{Argv: []string{exe, sock}, Env: []string{helperEnv + "=dial"}}, nil)
-	require.NoError(t, r.err)
-	require.Equal(t, "read 0 bytes: EOF\n", r.stdout)
-}
-
 // startConnectAgent starts the agent, in a PID namespace of its own,
 // connecting to a socket this test listens on, and returns the client
 // of that connection and a channel closed when the agent exits.
@@ -513,20 +495,4 @@ func TestConnectFailsWithoutAHost(t *testing.T) {
 	err := cmd.Run()
 	var ee *osexec.ExitError
 	require.ErrorAs(t, err, &ee, "no socket to connect to: the agent exits at once")
-}
-
-// dialSocket connects to the agent's socket once it is there.
-func dialSocket(t *testing.T, sock string) *Client {
-	t.Helper()
-	var conn net.Conn
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if conn, err = net.Dial("unix", sock); err == nil {
-			break
-		}
-	}
-	require.NoError(t, err)
-	c, err := NewClient(conn)
-	require.NoError(t, err)
-	return c
 }

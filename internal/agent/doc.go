@@ -101,11 +101,6 @@
 //
 // # The unix socket
 //
-// With -listen PATH the agent also serves the protocol on a unix socket,
-// one session per connection, but only to peers outside the sandbox's
-// PID namespace: SO_PEERCRED reports pid 0 for a peer whose pid has no
-// number in the agent's namespace, and a peer inside gets closed.
-//
 // With -connect PATH the channel is a connection the agent makes, as it
 // starts, to a socket the host listens on (in a host directory made for
 // this sandbox alone, bind-mounted read-only): the sandbox can make

@@ -36,7 +36,6 @@ func Main(args []string) int {
 	}
 	fs := flag.NewFlagSet("podvm-agent", flag.ContinueOnError)
 	shimMode := fs.Bool("shim", false, "serve runs for the agent (internal)")
-	listen := fs.String("listen", "", "also serve the protocol on a unix socket at this path, to peers outside the sandbox's PID namespace only")
 	connect := fs.String("connect", "", "serve the protocol on a connection to the unix socket the host listens on at this path, instead of stdin and stdout")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -57,13 +56,6 @@ func Main(args []string) int {
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	a := &agent{sessions: map[*session]bool{}}
 	a.pool = newPool(func() { _ = a.sweep(shutdownGrace) })
-	if *listen != "" {
-		l, err := net.Listen("unix", *listen)
-		if err != nil {
-			return 1
-		}
-		go a.accept(l.(*net.UnixListener))
-	}
 	var s *session
 	if *connect != "" {
 		// The host's socket is the channel: the sandbox sees it on a
@@ -94,30 +86,6 @@ type agent struct {
 	sessions map[*session]bool
 	sweepMu  sync.Mutex
 	downOnce sync.Once
-}
-
-// accept serves peers of the socket that are outside the sandbox's PID
-// namespace: SO_PEERCRED reports pid 0 for a peer whose pid has no
-// number in the agent's namespace, and the real pid of any process
-// inside it, which is refused.
-func (a *agent) accept(l *net.UnixListener) {
-	for {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			return
-		}
-		var cred *unix.Ucred
-		if raw, err := c.SyscallConn(); err == nil {
-			_ = raw.Control(func(fd uintptr) {
-				cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-			})
-		}
-		if cred == nil || cred.Pid != 0 {
-			c.Close()
-			continue
-		}
-		go a.newSession(c, c, func() { c.Close() }).serve()
-	}
 }
 
 // sweep kills every orphan that reached the agent until none is left.
