@@ -12,6 +12,7 @@ import (
 
 	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/agent/fsop"
+	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/targuard"
 )
 
@@ -39,7 +40,7 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 	if st.agent == nil {
 		return ErrNotSupported
 	}
-	var stderr bytes.Buffer // one line, from the agent
+	stderr := capture.New(4 << 10) // one line, from the agent
 	req := agent.Request{Argv: append([]string{agent.Path, "-fs"}, args...), Dir: "/"}
 	// A stdout that fails (the guard refused an entry, the caller's
 	// writer broke, a reply over its bound) ends the operation at once.
@@ -50,7 +51,7 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 		out = &stopWriter{w: stdout, stop: cancel}
 		stdout = out
 	}
-	ex, err := st.agent.Run(ctx, req, stdin, stdout, &limitWriter{w: &stderr, n: 4 << 10})
+	ex, err := st.agent.Run(ctx, req, stdin, stdout, stderr)
 	why := strings.TrimSpace(stderr.String())
 	switch {
 	case out != nil && out.err != nil:
@@ -121,20 +122,6 @@ func (b *boundedBuffer) Write(p []byte) (int, error) {
 // maxListing bounds a directory listing the agent sends: ReadDir holds it
 // in memory.
 const maxListing = 256 << 20
-
-// limitWriter keeps the first n bytes written to it and drops the rest.
-type limitWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if k := min(len(p), l.n); k > 0 {
-		l.w.Write(p[:k])
-		l.n -= k
-	}
-	return len(p), nil
-}
 
 // WriteFile implements [FileServer] through the agent: r streams to the
 // file, whatever its size, with nothing spooled on the host.
