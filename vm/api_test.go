@@ -394,7 +394,7 @@ func TestAPICreateSpec(t *testing.T) {
 	})
 	require.NoError(t, v.Create(context.Background()))
 	assert.Len(t, v.ID(), 64)
-	assert.Equal(t, []string{"GET /_ping", "GET /images/localhost/podvm-test:latest/json",
+	assert.Equal(t, []string{"GET /_ping", "GET /info", "GET /images/localhost/podvm-test:latest/json",
 		"POST /containers/create", "POST /containers/{id}/start"}, routes(svc))
 
 	var spec map[string]any
@@ -484,12 +484,12 @@ func TestAPICreatePullPolicy(t *testing.T) {
 				require.ErrorIs(t, err, c.want)
 				assert.Empty(t, v.ID())
 			}
-			got := routes(svc)[1:] // after the ping
+			got := routes(svc)[2:] // after the ping and the info
 			assert.Equal(t, c.asked, got[:min(len(got), len(c.asked))])
 			if c.want != nil {
 				assert.Equal(t, c.asked, got, "nothing made, nothing removed")
 				assert.NoError(t, v.Remove(context.Background()))
-				assert.Equal(t, c.asked, routes(svc)[1:], "Remove asks nothing")
+				assert.Equal(t, c.asked, routes(svc)[2:], "Remove asks nothing")
 			}
 		})
 	}

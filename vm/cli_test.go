@@ -77,12 +77,28 @@ func (m commandMatcher) String() string {
 		m.want.Timeout, m.want.MaxOutputBytes, m.want.Stdin != nil, m.want.Stdout != nil, m.want.Stderr != nil)
 }
 
+// isInfo matches `podman info --format json`, with or without --url.
+var isInfo = gomock.Cond(func(c exec.Command) bool {
+	return slices.Equal(c.Args[max(len(c.Args)-3, 0):], []string{"info", "--format", "json"})
+})
+
+// rootfulInfo is `podman info --format json` of a rootful service on
+// cgroup v1, as much of it as podvm reads.
+const rootfulInfo = `{"host":{"cgroupVersion":"v1","cgroupControllers":["cpuset","cpu","cpuacct","blkio","memory","devices","freezer","pids"],"security":{"rootless":false}}}`
+
+// expectInfo lets x answer `podman info` as a rootful service, any
+// number of times, apart from the calls a test orders.
+func expectInfo(x *execmock.MockExecutor) {
+	x.EXPECT().Run(gomock.Any(), isInfo).Return(&exec.Result{Stdout: rootfulInfo}, nil).AnyTimes()
+}
+
 // newMock is a CLIVM on the Podman exec path (the mocks run no agent)
 // whose podman runs through a mock.
 func newMock(t *testing.T, cfg Config, opts ...Option) (*CLIVM, *execmock.MockExecutor) {
 	t.Helper()
 	cfg.PodmanExec = true
 	x := execmock.NewMockExecutor(gomock.NewController(t))
+	expectInfo(x)
 	v, err := NewCLIVM(cfg, x, opts...)
 	require.NoError(t, err)
 	return v, x
@@ -714,7 +730,8 @@ func TestCLIDriverLocal(t *testing.T) {
 // before anything is made, naming the way out.
 func TestCLICreateUnknownArch(t *testing.T) {
 	t.Parallel()
-	x := execmock.NewMockExecutor(gomock.NewController(t)) // nothing but the inspect
+	x := execmock.NewMockExecutor(gomock.NewController(t)) // nothing but the info and the inspect
+	expectInfo(x)
 	v, err := NewCLIVM(Config{Image: "img"}, x)
 	require.NoError(t, err)
 	x.EXPECT().Run(gomock.Any(), cmdIs(inspectArch)).Return(&exec.Result{Stdout: "mips64le\n"}, nil)

@@ -32,6 +32,13 @@ const (
 	DefaultPids    = 1024
 )
 
+// NoPidsLimit as [Config.Pids] asks for no pids limit: a fork bomb in the
+// sandbox is then held by nothing but the host's own limits. It is the
+// one way to run on rootless Podman without the pids cgroup controller
+// (cgroup v1, or v2 without delegation), which refuses any pids limit
+// rather than ignore it.
+const NoPidsLimit = -1
+
 // DefaultCapabilities are the only Linux capabilities a sandbox keeps; all
 // others are dropped. They let root in the sandbox manage the files it owns
 // and its own processes (chown, writing files of other users, setuid to an
@@ -91,7 +98,8 @@ type Config struct {
 	// CPUs limits CPU time, in CPUs (1.5 = one and a half); zero means no
 	// limit.
 	CPUs float64
-	// Pids limits the number of processes; zero means DefaultPids.
+	// Pids limits the number of processes (threads included); zero means
+	// DefaultPids, [NoPidsLimit] none.
 	Pids int64
 	// ReadOnlyRootfs mounts the image read-only, with a writable tmpfs on
 	// /tmp.
@@ -159,8 +167,8 @@ func (c Config) Validate() error {
 		return bad("memory %d bytes: want 0 (no limit) or at least %d", c.Memory, minMemory)
 	case c.CPUs < 0 || c.CPUs > maxCPUs || c.CPUs != c.CPUs:
 		return bad("cpus %v: want 0 (no limit) up to %d", c.CPUs, maxCPUs)
-	case c.Pids < 0 || c.Pids > maxPids:
-		return bad("pids %d: want 0 (default %d) up to %d", c.Pids, DefaultPids, maxPids)
+	case c.Pids < NoPidsLimit || c.Pids > maxPids:
+		return bad("pids %d: want 0 (default %d) up to %d, or NoPidsLimit (-1)", c.Pids, DefaultPids, maxPids)
 	case strings.IndexByte(c.ImageArchive, 0) >= 0:
 		return bad("NUL byte in image archive path %q", c.ImageArchive)
 	case !slices.Contains([]PullPolicy{"", PullMissing, PullNever, PullAlways}, c.Pull):

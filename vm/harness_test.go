@@ -49,6 +49,9 @@ func (h harness) NewVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
 	if cfg.Image == "" {
 		cfg.Image = h.env.Image
 	}
+	if cfg.Pids == 0 && h.env.PidsUnenforced {
+		cfg.Pids = vm.NoPidsLimit // where a pids limit is refused, a case that asks for none runs
+	}
 	return h.newVM(cfg)
 }
 

@@ -38,7 +38,8 @@ type sandbox struct {
 	mu sync.Mutex            // serializes Create and Remove; guards the fields below
 	// created: Create was called; made: something of ours may be left.
 	created, made bool
-	chanDir       string // the agent's channel directory, if one was made
+	chanDir       string      // the agent's channel directory, if one was made
+	host          podman.Host // what the service enforces, known at Create
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -59,6 +60,41 @@ func (s *sandbox) init(d podman.Driver, cfg Config) error {
 		}
 	}
 	s.d, s.cfg, s.token = d, cfg.withDefaults(), randomHex()
+	return nil
+}
+
+// hosts holds what each service enforces, by service ([podman.Driver.Local]'s
+// name), learnt once per process.
+var hosts sync.Map
+
+// checkLimits learns what the service enforces, when its driver can tell,
+// and fails with an error matching [ErrNotSupported] when it cannot
+// enforce a limit of the config (rootless Podman without the cgroup
+// controller: [podman.Host.Enforce]).
+func (s *sandbox) checkLimits(ctx context.Context) error {
+	h, ok := s.d.(podman.Hoster)
+	if !ok {
+		return nil
+	}
+	_, service := s.d.Local()
+	if v, ok := hosts.Load(service); ok {
+		s.host = v.(podman.Host)
+	} else {
+		host, err := h.Host(ctx)
+		if err != nil {
+			return fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
+		}
+		hosts.Store(service, host)
+		s.host = host
+	}
+	spec := s.cfg.spec(nil)
+	err := s.host.Enforce(&spec)
+	if le := (*podman.LimitError)(nil); errors.As(err, &le) && le.Limit == "pids" {
+		return fmt.Errorf("vm: create from %s: %w; Config.Pids = vm.NoPidsLimit runs it without one, where a fork bomb need not be contained", s.cfg.Image, err)
+	}
+	if err != nil {
+		return fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
+	}
 	return nil
 }
 
@@ -111,6 +147,9 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return ErrAlreadyCreated
 	}
 	s.created = true
+	if err := s.checkLimits(ctx); err != nil {
+		return err // nothing was made
+	}
 	mount, err := s.ensureImages(ctx)
 	if err != nil {
 		return err // nothing was made
@@ -258,6 +297,9 @@ var agentUnmountable sync.Map
 // it made, if anything, and ctx's error when ctx ended.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
 	spec := s.cfg.spec(agent)
+	if err := s.host.Enforce(&spec); err != nil {
+		return "", err
+	}
 	spec.Labels[labelToken] = s.token
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()

@@ -81,7 +81,7 @@ type CPULimits struct {
 	Period uint64 `json:"period,omitempty"`
 }
 
-// PidsLimits bound the number of processes.
+// PidsLimits bound the number of processes; -1: no limit.
 type PidsLimits struct {
 	Limit int64 `json:"limit"`
 }

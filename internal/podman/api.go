@@ -105,7 +105,10 @@ func (a API) Create(ctx context.Context, c Spec) (string, error) {
 		CapDrop:            []string{"ALL"},
 		CapAdd:             c.Capabilities,
 		ReadOnlyFilesystem: c.ReadOnlyRootfs,
-		ResourceLimits:     &libpod.Resources{Pids: &libpod.PidsLimits{Limit: c.Pids}},
+		ResourceLimits:     &libpod.Resources{},
+	}
+	if c.Pids != 0 {
+		s.ResourceLimits.Pids = &libpod.PidsLimits{Limit: c.Pids}
 	}
 	s.NetNS, s.Networks = netNS(c.Network)
 	if c.Memory > 0 {

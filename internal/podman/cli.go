@@ -161,10 +161,12 @@ func CreateArgs(c Spec) []string {
 		"--security-opt", "no-new-privileges",
 		"--cap-drop", "all",
 		"--cap-add", strings.Join(c.Capabilities, ","),
-		"--pids-limit", strconv.FormatInt(c.Pids, 10),
-		// Podman passes the host's proxy variables by default.
-		"--http-proxy=false",
 	)
+	if c.Pids != 0 {
+		a = append(a, "--pids-limit", strconv.FormatInt(c.Pids, 10))
+	}
+	// Podman passes the host's proxy variables by default.
+	a = append(a, "--http-proxy=false")
 	if c.Memory > 0 {
 		m := strconv.FormatInt(c.Memory, 10)
 		a = append(a, "--memory", m, "--memory-swap", m) // swap included

@@ -82,7 +82,7 @@ type Spec struct {
 	Network        string            // a mode ("none", "host", "container:NAME") or a network's name
 	Memory         int64             // bytes, swap included; 0: no limit
 	CPUs           float64           // 0: no limit
-	Pids           int64             // the pids limit
+	Pids           int64             // the pids limit; -1: none; 0: Podman's default
 	ReadOnlyRootfs bool              // with writable tmpfs on /tmp, /var/tmp and /run
 	Capabilities   []string          // the only ones kept; all others are dropped
 	Mounts         []Mount           // bind mounts

@@ -6,17 +6,22 @@ package podmantest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/libpod"
 )
 
 // Env is the Podman service and image the integration tests use.
@@ -32,6 +37,11 @@ type Env struct {
 	// PODVM_PODMAN_REMOTE=1 (Podman 5's client in the matrix). Otherwise
 	// it can also run locally, on the service's storage.
 	RemoteOnly bool
+	// PidsUnenforced: the service is rootless Podman without the pids
+	// cgroup controller (cgroup v1, say), which refuses every pids
+	// limit: the suite's sandboxes that ask for none run with
+	// vm.NoPidsLimit there.
+	PidsUnenforced bool
 }
 
 // Required reports whether a missing Podman must fail tests rather than
@@ -56,7 +66,33 @@ func Need(t testing.TB) Env {
 	if e.Host == "" || e.Image == "" {
 		skipOrFail(t, "integration test needs Podman: set CONTAINER_HOST and PODVM_TEST_IMAGE (`eval \"$(scripts/podman-up.sh)\"`, or run `make test`)")
 	}
+	e.PidsUnenforced = pidsUnenforced(t, e.Host)
 	return e
+}
+
+// unenforced caches pidsUnenforced by service.
+var unenforced sync.Map
+
+// pidsUnenforced asks the service at host whether it is rootless Podman
+// without the pids controller.
+func pidsUnenforced(t testing.TB, host string) bool {
+	if v, ok := unenforced.Load(host); ok {
+		return v.(bool)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := libpod.Connect(ctx, host)
+	if err != nil {
+		skipOrFail(t, fmt.Sprintf("Podman at %s: %v", host, err))
+	}
+	defer c.CloseIdleConnections()
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatalf("Podman at %s: %v", host, err)
+	}
+	v := info.Host.Security.Rootless && !slices.Contains(info.Host.CgroupControllers, "pids")
+	unenforced.Store(host, v)
+	return v
 }
 
 // NeedBinary returns the path of the program name, or skips t (fails it

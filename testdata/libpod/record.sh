@@ -78,6 +78,10 @@ if [ "${1:-}" = race ]; then
 fi
 
 rec ping "http://d/_ping"
+rec info "$API/info"
+# With PODVM_ROOTLESS_SOCK set to a rootless service's socket on cgroup v1
+# (scripts/rootless-up.sh): its info, which names no controller.
+[ -z "${PODVM_ROOTLESS_SOCK:-}" ] || (SOCK=$PODVM_ROOTLESS_SOCK; rec info-rootless "$API/info")
 post container-create /containers/create "$(spec "$N" '["/run/podman-init","-P"]')"
 post container-create-name-in-use /containers/create "$(spec "$N" '["/run/podman-init","-P"]')"
 post container-create-image-not-known /containers/create \

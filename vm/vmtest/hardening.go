@@ -31,6 +31,9 @@ func outcome(label string, facts ...any) observation {
 func hardeningCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "hardening/defaults", Promise: "by default: no-new-privileges, only vm.DefaultCapabilities, the pids limit, loopback only",
+			// Pids named: a harness may run the cases that ask for no
+			// limit with vm.NoPidsLimit, where a limit is refused.
+			Config: func(c *vm.Config) { c.Pids = vm.DefaultPids },
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				res, err, o := run(ctx, v, "defaults", sh(`id -u
 grep -E '^(NoNewPrivs|CapEff):' /proc/self/status | tr -s '\t ' ' '

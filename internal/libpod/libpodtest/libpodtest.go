@@ -186,6 +186,7 @@ func Defaults(version string) Routes {
 	}
 	return Routes{
 		"GET /_ping": Recorded(ping),
+		"GET /info":  Recorded("info"),
 		// DoRequest escapes the slashes of a name; the path has them back.
 		"GET /images/localhost/podvm-test:latest/json": Recorded("image-inspect"),
 		"POST /images/pull":                            Recorded("image-pull"),
