@@ -6,7 +6,7 @@ set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
 STATE=${PODVM_STATE:-$REPO/.podvm}
-SOCK=$STATE/podman.sock
+SOCK=${PODVM_SOCKET:-$STATE/podman.sock}
 PIDFILE=$STATE/service.pid
 
 # Is $1 still our service? (Not a reused PID, not a zombie: both have another

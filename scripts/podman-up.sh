@@ -13,13 +13,14 @@
 # Env: PODVM_STATE  state directory (default <repo>/.podvm): podman.sock,
 #                   service.pid, service.log, probe.log, containers.conf
 #      PODVM_TEST_IMAGE  image to build (default localhost/podvm-test:latest)
+#      PODVM_SOCKET  the service's socket (default $PODVM_STATE/podman.sock)
 # Stop with scripts/podman-down.sh.
 set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
 STATE=${PODVM_STATE:-$REPO/.podvm}
 IMAGE=${PODVM_TEST_IMAGE:-localhost/podvm-test:latest}
-SOCK=$STATE/podman.sock
+SOCK=${PODVM_SOCKET:-$STATE/podman.sock}
 PIDFILE=$STATE/service.pid
 LOG=$STATE/service.log
 CONF=$STATE/containers.conf
@@ -57,7 +58,7 @@ fi
 
 # --- state --------------------------------------------------------------------
 
-mkdir -p "$STATE"
+mkdir -p "$STATE" "$(dirname "$SOCK")"
 # One run at a time: concurrent `make test`s share the service. Whatever we
 # start that outlives us (service, conmon) gets 9>&- so it does not hold the lock.
 exec 9>"$STATE/lock"
