@@ -121,7 +121,11 @@ fi
 if ip link show "$BRIDGE" >/dev/null 2>&1; then
 	ip link del "$BRIDGE" && log "removed bridge $BRIDGE"
 fi
-rm -f /var/lib/cni/results/"$NETNAME"-* 2>/dev/null || true
+# libcni's cache of what our containerd set up: entries of our network, and
+# of containerd's own loopback network made since kube-up.sh started (no other
+# containerd runs here; Podman names its entries after its networks).
+find /var/lib/cni/results -maxdepth 1 -type f \( -name "$NETNAME-*" -o -name 'cni-loopback-*' \) \
+	-newer "$K/saved.sysctl" -delete 2>/dev/null || true
 for h in /sys/fs/cgroup/*/kubepods; do
 	[ -d "$h" ] || continue
 	find "$h" -depth -type d -exec rmdir {} + 2>/dev/null || true
