@@ -478,11 +478,9 @@ rotateCertificates: false
 EOF
 start kubelet kubelet --config="$K/kubelet.yaml" --kubeconfig="$K/kubelet.kubeconfig" \
 	--root-dir="$K/kubelet" --hostname-override="$NODE" --node-ip="$NODE_IP"
-node_ready() { [ "$(kc get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
-wait_for kubelet 120 node_ready
 
-# --- what the tests use -------------------------------------------------------------------
-
+# What the tests use; their namespace gets its ServiceAccount from the
+# controller-manager.
 kc apply -f - >"$K/logs/apply.log" 2>&1 <<EOF || { cat "$K/logs/apply.log" >&2; die "kubectl apply failed"; }
 apiVersion: v1
 kind: Namespace
@@ -493,6 +491,8 @@ kind: RuntimeClass
 metadata: {name: $RUNTIME_CLASS}
 handler: $RUNTIME_CLASS
 EOF
+node_ready() { [ "$(kc get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+wait_for kubelet 120 node_ready
 wait_for kube-controller-manager 60 kc -n "$NAMESPACE" get serviceaccount default
 ready || die "the cluster came up but does not look ready (logs: $K/logs)"
 log "cluster up in $(elapsed): node $NODE, Kubernetes $KVER"
