@@ -32,7 +32,8 @@
 #    cgroupfs, failCgroupV1 false).
 #
 # What the cluster enforces, and what it does not:
-#  - memory and CPU limits: yes (cgroup v1 memory and cpu controllers, cgroupfs).
+#  - memory and CPU limits: yes (cgroup v1 memory and cpu controllers,
+#    cgroupfs): over its memory limit a container is OOMKilled (exit 137).
 #  - process count: only per pod and node-wide, never per container: the
 #    kubelet's podPidsLimit (PODVM_KUBE_POD_PIDS_LIMIT, pids cgroup of the
 #    pod). A pod spec cannot ask for a pids limit of its own.
@@ -48,13 +49,20 @@
 #    (Service IPs, 10.96.0.0/24, lead nowhere), no cluster DNS (pods get
 #    the host's resolv.conf, whose servers they cannot reach).
 #  - activeDeadlineSeconds, securityContext (readOnlyRootFilesystem,
-#    capabilities, runAsUser, allowPrivilegeEscalation), resource limits:
-#    enforced by the kubelet and runc as on any cluster. hostPath volumes
-#    work (this host is the node). No admission policy beyond the defaults
-#    (PodSecurity admits everything: no namespace labels).
+#    capabilities, runAsUser, allowPrivilegeEscalation): enforced by the
+#    kubelet and runc as on any cluster. A deadline kills like a delete:
+#    SIGTERM, then SIGKILL after terminationGracePeriodSeconds (default 30;
+#    a PID 1 ignores SIGTERM). hostPath volumes work (this host is the
+#    node). No admission policy beyond the defaults (PodSecurity admits
+#    everything: no namespace labels).
+#  - Logs: containerd writes every byte a container prints, attached or not,
+#    to its log under pod-logs/ (CRI has no "none" log driver); the kubelet
+#    rotates it at 10 MiB, two files per container.
 #  - RuntimeClass: one, "runc" (PODVM_KUBE_RUNTIME_CLASS), the only handler.
 #
-# Stdout carries only `export ...` lines; every message goes to stderr. With
+# Stdout carries only `export ...` lines (KUBECONFIG, PODVM_KUBE_IMAGE,
+# PODVM_KUBE_NAMESPACE, the PODVM_KUBE_* facts above, PODVM_KUBE_VERSION and
+# PODVM_KUBECTL, the cluster's own kubectl); every message goes to stderr. With
 # the binaries cached, from nothing to a Ready node takes about 15 s; with
 # the cluster up, under a second.
 #
