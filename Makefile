@@ -11,7 +11,7 @@ WITH_PODMAN = if env=$$(scripts/podman-up.sh); then eval "$$env"; \
 	elif [ "$$PODVM_REQUIRE_PODMAN" = 1 ]; then echo "podman is required here (CI=true or PODVM_REQUIRE_PODMAN=1)"; exit 1; \
 	else echo "no podman: integration tests will skip"; fi
 
-.PHONY: help demo test test-matrix fuzz unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down
+.PHONY: help demo test test-matrix fuzz unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down kube kube-down kube-smoke
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -70,6 +70,15 @@ podman5: ## bring up a Podman 5.4 service beside the 4.3 one, in a trixie rootfs
 
 podman5-down: ## stop only what `make podman5` started (keeps the rootfs cache)
 	@scripts/podman5-down.sh
+
+kube: ## bring up a real one-node Kubernetes and the test image (root; first run builds 8-16 min, cached outside the clone; idempotent)
+	@scripts/kube-up.sh
+
+kube-down: ## stop only what `make kube` started and undo its host changes (keeps the binary cache)
+	@scripts/kube-down.sh
+
+kube-smoke: ## check the cluster of `make kube` with kubectl: pods, attach, exec, limits, NetworkPolicy (brings it up first)
+	@scripts/kube-smoke.sh
 
 check-leaks: ## fail if any podvm sandbox container is left
 	@scripts/check-leaks.sh

@@ -13,3 +13,28 @@ podvm_ended_containers() {
 			echo "$id"
 		done | sort
 }
+
+# podvm_docker_archive REF ROOTFS CONFIG OUT: writes OUT, a docker-archive
+# (the format of `docker save`, read by `podman load` and `ctr images import`)
+# of one image named REF whose only layer is the directory ROOTFS, owned by
+# root, and whose runtime config is the JSON object CONFIG (Env, Cmd,
+# Entrypoint...). No engine, no registry; the same tree gives the same bytes.
+podvm_docker_archive() (
+	ref=$1 rootfs=$2 config=$3 out=$4
+	arch=$(dpkg --print-architecture 2>/dev/null) || case $(uname -m) in
+		x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;;
+	esac
+	w=$(mktemp -d)
+	trap 'rm -rf "$w"' EXIT
+	tar -C "$rootfs" --numeric-owner --owner=0 --group=0 --sort=name --mtime=@0 -cf "$w/layer.tar" .
+	layer=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+	printf '{"architecture":"%s","os":"linux","created":"1970-01-01T00:00:00Z","config":%s,"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}\n' \
+		"$arch" "$config" "$layer" >"$w/config.json"
+	cfg=$(sha256sum "$w/config.json" | cut -d' ' -f1)
+	mv "$w/config.json" "$w/$cfg.json"
+	mkdir "$w/$layer"
+	mv "$w/layer.tar" "$w/$layer/layer.tar"
+	printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]\n' "$cfg" "$ref" "$layer" >"$w/manifest.json"
+	tar -C "$w" --numeric-owner --owner=0 --group=0 --sort=name --mtime=@0 -cf "$out.tmp" manifest.json "$cfg.json" "$layer"
+	mv "$out.tmp" "$out"
+)

@@ -5,6 +5,9 @@
 # Usage: build.sh [IMAGE]   (default localhost/podvm-test:latest)
 # Env:   BUSYBOX  path of a statically linked busybox (default /bin/busybox)
 #        PODMAN   podman command to use (default podman)
+#        ARCHIVE  write the image to this file as a docker-archive instead of
+#                 importing it with $PODMAN (scripts/kube-up.sh: for a
+#                 cluster node's containerd, which has no registry to pull from)
 #
 # Layout (merged /usr, as in current Debian images):
 #   /usr/bin/busybox + one symlink per applet (sh, sleep, ps, nc, cat, head, dd...)
@@ -15,6 +18,7 @@ set -eu
 IMAGE=${1:-localhost/podvm-test:latest}
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 PODMAN=${PODMAN:-podman}
+ARCHIVE=${ARCHIVE:-}
 
 [ -x "$BUSYBOX" ] || { echo "build.sh: $BUSYBOX not found (install busybox-static)" >&2; exit 1; }
 # A dynamic busybox would need the host's libc inside the image.
@@ -46,6 +50,14 @@ cat >"$r/etc/group" <<'GROUP'
 root:x:0:
 nogroup:x:65534:
 GROUP
+
+# For a cluster: the same tree and runtime config as the import below.
+if [ -n "$ARCHIVE" ]; then
+	. "$(dirname "$0")/../../scripts/lib.sh"
+	podvm_docker_archive "$IMAGE" "$r" '{"Env":["PATH=/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":["/bin/sh"]}' "$ARCHIVE"
+	echo "build.sh: wrote $IMAGE to $ARCHIVE from $BUSYBOX" >&2
+	exit 0
+fi
 
 # Owned by root in the image whoever builds it (rootless builds included).
 tar -C "$r" --numeric-owner --owner=0 --group=0 -cf "$tmp/rootfs.tar" .
