@@ -1,13 +1,17 @@
 #!/bin/sh
 # Runs the parity test (every conformance case on both backends, their
-# Results compared field by field) against both Podman servers,
-# Debian 12's 4.3 (scripts/podman-up.sh) and Debian 13's 5.4
-# (scripts/podman5-up.sh, needs root), then prints the compatibility table:
-# server × backend × pass/fail.
+# Results compared field by field) against each kind of Podman service:
+# Debian 12's 4.3 rootful (scripts/podman-up.sh), Debian 13's 5.4
+# (scripts/podman5-up.sh) and Debian 12's 4.3 rootless, run as a user of
+# its own (scripts/rootless-up.sh; the test binary runs as that user too),
+# then prints the compatibility table: server × backend × pass/fail.
+# Needs root. The test binary is built once; the rows that do not share
+# a service run side by side, in two lanes.
 #
 #   scripts/test-matrix.sh
 #
-# Per server: go test -race -count=1 -run '^TestParity(Exec)?$' ./vm/
+# Per server: the vm test binary (go test -c -race), -test.run '^TestParity(Exec)?$'
+# (and TestRootlessLimits, which skips where limits are enforced),
 # with CONTAINER_HOST and PODVM_TEST_IMAGE of that server, PODVM_SERVER
 # (podman4 or podman5), PODVM_PODMAN (the podman CLI the CLI backend runs:
 # the host's podman for 4.3, scripts/podman5-cli for 5.4, which is remote
@@ -16,9 +20,11 @@
 # case by scripts/conformance-table.sh -r. Then no podvm container may be left on that server.
 # Files, in $PODVM_STATE/matrix (default <repo>/.podvm/matrix): SERVER.log
 # (go test's output), SERVER.cases (the vmtest lines), table.md.
-# Exit status 0 only when both servers ran every case without a failure and
-# nothing leaked. Both services are left running (stop them with
-# scripts/podman-down.sh and scripts/podman5-down.sh).
+# PODVM_MATRIX_PODMAN4_LOG: the podman4 row is read from this go test -v log
+# of the same tree against the 4.3 service (.ci/run passes make test's).
+# Exit status 0 only when every server ran every case without a failure and
+# nothing leaked. The services are left running (stop them with
+# scripts/podman-down.sh, scripts/podman5-down.sh, scripts/rootless-down.sh).
 set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
@@ -33,52 +39,88 @@ cd "$REPO"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
-# Both services first: one that does not come up fails the run before any test.
+# Every service first: one that does not come up fails the run before any test.
 unset CONTAINER_HOST CONTAINER_CONNECTION CONTAINERS_CONF
 env4=$(scripts/podman-up.sh) || { log "the Podman 4.3 service did not come up"; exit 1; }
 env5=$(scripts/podman5-up.sh) || { log "the Podman 5.4 service did not come up"; exit 1; }
+envr=$(scripts/rootless-up.sh) || { log "the rootless Podman service did not come up"; exit 1; }
 
-# run SERVER ENV CLI REMOTE: the suite against the server whose `export`
-# lines are ENV, with CLI as the CLI backend's podman (REMOTE=1: it has no
-# local mode). Records go test's failure in
+# One test binary for every row, readable by the rootless user.
+log "building the vm test binary"
+$GO test -c -race -o "$OUT/vm.test" ./vm/
+chmod 755 "$OUT" "$OUT/vm.test"
+
+# run SERVER ENV CLI REMOTE [AS]: the suite against the server whose
+# `export` lines are ENV, with CLI as the CLI backend's podman (REMOTE=1: it
+# has no local mode), run by the command AS (scripts/as-rootless: as the
+# rootless user) or by this user. Records the test binary's failure in
 # SERVER.failed and the podvm containers that appeared during the run, and
 # are still there after it, in SERVER.leaks; it removes none (the service
-# may be shared: `make check-leaks`, scripts/podman5-down.sh clean up).
+# may be shared: `make check-leaks`, the *-down scripts clean up).
 # A subshell: one server's environment never reaches the other's.
 run() (
-	server=$1 cli=$3
+	server=$1 cli=$3 as=${5:-}
 	eval "$2"
 	export PODVM_PODMAN_REMOTE="$4"
-	export PODVM_SERVER="$server" PODVM_PODMAN="$cli"
-	version=$(curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
+	export PODVM_SERVER="$server" PODVM_PODMAN="$cli" PODVM_REQUIRE_PODMAN=1
+	version=$($as curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
 		grep -o '"Version":"[^"]*"' | head -n 1 | cut -d'"' -f4)
 	echo "$version" >"$OUT/$server.version"
 	# A live owner's containers (a demo, a benchmark beside this run) are
 	# not this run's leaks.
-	podvm_ended_containers "$cli" "$CONTAINER_HOST" >"$OUT/$server.before"
-	log "$server (Podman $version): go test, output in $OUT/$server.log"
+	$as sh -c ". '$REPO/scripts/lib.sh'; podvm_ended_containers '$cli' \"\$CONTAINER_HOST\"" >"$OUT/$server.before"
+	log "$server (Podman $version): vm tests, output in $OUT/$server.log"
 	start=$(date +%s)
 	status=0
-	$GO test -race -count=1 -v -run '^TestParity(Exec)?$' ./vm/ >"$OUT/$server.log" 2>&1 || status=$?
+	(cd vm && $as "$OUT/vm.test" -test.v -test.count=1 -test.timeout 15m \
+		-test.run '^(TestParity|TestParityExec|TestRootlessLimits)$') >"$OUT/$server.log" 2>&1 || status=$?
 	scripts/conformance-table.sh -r "$OUT/$server.log" >"$OUT/$server.cases" || true
 	tail -n 3 "$OUT/$server.log" >&2
-	log "$server: go test exit status $status after $(($(date +%s) - start)) s"
+	log "$server: exit status $status after $(($(date +%s) - start)) s"
 	[ $status = 0 ] || echo "$status" >"$OUT/$server.failed"
-	podvm_ended_containers "$cli" "$CONTAINER_HOST" | comm -13 "$OUT/$server.before" - >"$OUT/$server.leaks"
+	$as sh -c ". '$REPO/scripts/lib.sh'; podvm_ended_containers '$cli' \"\$CONTAINER_HOST\"" |
+		comm -13 "$OUT/$server.before" - >"$OUT/$server.leaks"
 	if [ -s "$OUT/$server.leaks" ]; then
 		log "$server: podvm containers left behind: $(cut -c1-12 "$OUT/$server.leaks" | tr '\n' ' ')"
 	fi
 )
 
-run podman4 "$env4" "$(command -v podman)" ""
-run podman5 "$env5" "$REPO/scripts/podman5-cli" 1 # it has no local mode
+# reuse SERVER ENV LOG: the row of SERVER from LOG, the `go test -v ./...`
+# log of a run against the same service and tree (`make test`'s, which
+# .ci/run has just made), instead of running the suite again.
+reuse() (
+	server=$1
+	eval "$2"
+	curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
+		grep -o '"Version":"[^"]*"' | head -n 1 | cut -d'"' -f4 >"$OUT/$server.version"
+	cp "$3" "$OUT/$server.log"
+	scripts/conformance-table.sh -r "$OUT/$server.log" | grep '^parity' >"$OUT/$server.cases" || true
+	: >"$OUT/$server.leaks" # make test checks for leaks itself
+	log "$server: the rows of $3, not run again"
+)
+
+# Two lanes, each a service of its own at a time.
+if [ -n "${PODVM_MATRIX_PODMAN4_LOG:-}" ]; then
+	reuse podman4 "$env4" "$PODVM_MATRIX_PODMAN4_LOG" &
+else
+	run podman4 "$env4" "$(command -v podman)" "" &
+fi
+lane1=$!
+{
+	run podman5 "$env5" "$REPO/scripts/podman5-cli" 1 # it has no local mode
+	run rootless "$envr" /usr/bin/podman "" "$REPO/scripts/as-rootless"
+} &
+lane2=$!
+wait $lane1 || true
+wait $lane2 || true
+SERVERS="podman4 podman5 rootless"
 
 # --- the table ----------------------------------------------------------------------
 
 {
-	echo "| Podman | backend | pass | fail | skip | result |"
-	echo "|---|---|---|---|---|---|"
-	for server in podman4 podman5; do
+	echo "| server | Podman | backend | pass | fail | skip | result |"
+	echo "|---|---|---|---|---|---|---|"
+	for server in $SERVERS; do
 		version=$(cat "$OUT/$server.version" 2>/dev/null || echo "?")
 		failed=$(cat "$OUT/$server.failed" 2>/dev/null || true)
 		leaks=$(wc -l <"$OUT/$server.leaks" 2>/dev/null || echo 0)
@@ -93,16 +135,16 @@ run podman5 "$env5" "$REPO/scripts/podman5-cli" 1 # it has no local mode
 			END {
 				for (b in seen) {
 					r = n[b, "FAIL"] ? "FAIL" : (n[b, "pass"] ? "pass" : "skip")
-					printf "| %s | %s | %d | %d | %d | %s |\n", v, b, n[b, "pass"], n[b, "FAIL"], n[b, "skip"], r
+					printf "| %s | %s | %s | %d | %d | %d | %s |\n", server, v, b, n[b, "pass"], n[b, "FAIL"], n[b, "skip"], r
 				}
-				if (failed != "" && !fails) printf "| %s | (go test) | | | | FAIL: exit status %s, see %s.log |\n", v, failed, server
-				if (!lines) printf "| %s | (none) | 0 | 0 | 0 | FAIL: no case ran |\n", v
-				if (leaks > 0) printf "| %s | (leaks) | | | | FAIL: %d podvm container(s) left, see %s.leaks |\n", v, leaks, server
+				if (failed != "" && !fails) printf "| %s | %s | (go test) | | | | FAIL: exit status %s, see %s.log |\n", server, v, failed, server
+				if (!lines) printf "| %s | %s | (none) | 0 | 0 | 0 | FAIL: no case ran |\n", server, v
+				if (leaks > 0) printf "| %s | %s | (leaks) | | | | FAIL: %d podvm container(s) left, see %s.leaks |\n", server, v, leaks, server
 			}
 		' "$OUT/$server.cases" | sort
 	done
 } >"$OUT/table.md"
-for server in podman4 podman5; do
+for server in $SERVERS; do
 	echo
 	echo "Podman $(cat "$OUT/$server.version" 2>/dev/null) ($server), by case:"
 	scripts/conformance-table.sh "$OUT/$server.log" || true

@@ -134,9 +134,12 @@ func (s *sandbox) ID() string { return s.state().id }
 // after Remove. When a step fails, or ctx ends midway, it removes
 // whatever it made (found by a label of its own, never by Name) before it
 // returns: a create that ctx cut short is first allowed to finish, for
-// up to 30 s, since Podman may complete it after the cut. Failures match
-// [ErrImageNotFound], [ErrNameInUse], [ErrUnavailable] or [ErrPodman], or
-// wrap ctx's error.
+// up to 30 s, since Podman may complete it after the cut. A limit the
+// service cannot enforce (rootless Podman without the cgroup controller:
+// cgroup v1, or v2 without delegation) is refused before anything is
+// made, with an error matching [ErrNotSupported] that names it; see
+// [NoPidsLimit]. Other failures match [ErrImageNotFound], [ErrNameInUse],
+// [ErrUnavailable] or [ErrPodman], or wrap ctx's error.
 func (s *sandbox) Create(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
