@@ -178,7 +178,7 @@ func TestChannelDirIsClosedToTheSandbox(t *testing.T) {
 	defer cancel()
 	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
 		t.Run(string(backend), func(t *testing.T) {
-			v, err := vm.New(ctx, vm.Config{Image: env.Image}, vm.WithURL(env.Host), vm.WithBackend(backend))
+			v, err := vm.New(ctx, sandbox(env, vm.Config{Image: env.Image}), vm.WithURL(env.Host), vm.WithBackend(backend))
 			require.NoError(t, err)
 			require.NoError(t, v.Create(ctx))
 			defer v.Remove(context.Background())

@@ -49,10 +49,22 @@ func (h harness) NewVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
 	if cfg.Image == "" {
 		cfg.Image = h.env.Image
 	}
-	if cfg.Pids == 0 && h.env.PidsUnenforced {
-		cfg.Pids = vm.NoPidsLimit // where a pids limit is refused, a case that asks for none runs
+	return h.newVM(sandbox(h.env, cfg))
+}
+
+// noPidsEnv tells a test's child process (crashAfterCreate) to ask for
+// no pids limit, as sandbox does.
+const noPidsEnv = "PODVM_TEST_NO_PIDS_LIMIT"
+
+// sandbox is cfg as the tests run it on env's service: with
+// vm.NoPidsLimit where the service refuses every pids limit (rootless
+// Podman without the pids controller) and cfg asks for none, so that
+// what does not depend on the limit is tested there too.
+func sandbox(env podmantest.Env, cfg vm.Config) vm.Config {
+	if cfg.Pids == 0 && (env.PidsUnenforced || os.Getenv(noPidsEnv) == "1") {
+		cfg.Pids = vm.NoPidsLimit
 	}
-	return h.newVM(cfg)
+	return cfg
 }
 
 func (h harness) NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error) {

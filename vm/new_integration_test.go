@@ -190,7 +190,8 @@ const crashEnv = "PODVM_TEST_CRASH"
 
 func crashAfterCreate() int {
 	ctx := context.Background()
-	v, err := vm.NewAPIVM(ctx, os.Getenv("CONTAINER_HOST"), vm.Config{Image: os.Getenv("PODVM_TEST_IMAGE"), Labels: map[string]string{"test": os.Getenv(crashEnv)}})
+	cfg := sandbox(podmantest.Env{}, vm.Config{Image: os.Getenv("PODVM_TEST_IMAGE"), Labels: map[string]string{"test": os.Getenv(crashEnv)}})
+	v, err := vm.NewAPIVM(ctx, os.Getenv("CONTAINER_HOST"), cfg)
 	if err == nil {
 		err = v.Create(ctx)
 	}
@@ -212,11 +213,11 @@ func TestReap(t *testing.T) {
 	ps := func() string { return podman(ctx, t, env, "ps", "-a", "-q", "--no-trunc") }
 
 	// Ours, alive; and a container podvm did not make.
-	mine, err := vm.NewAPIVM(ctx, env.Host, vm.Config{Image: env.Image, Labels: map[string]string{"test": tag}})
+	mine, err := vm.NewAPIVM(ctx, env.Host, sandbox(env, vm.Config{Image: env.Image, Labels: map[string]string{"test": tag}}))
 	require.NoError(t, err)
 	require.NoError(t, mine.Create(ctx))
 	defer mine.Remove(context.Background())
-	foreign := strings.TrimSpace(podman(ctx, t, env, "run", "-d", "--label", "test="+tag, "--label", "io.podvm.owner.pid=1",
+	foreign := strings.TrimSpace(podman(ctx, t, env, "run", "-d", "--network", "none", "--label", "test="+tag, "--label", "io.podvm.owner.pid=1",
 		"--label", "io.podvm.created=1", "--init", "--entrypoint", `["/run/podman-init","-P"]`, env.Image))
 	t.Cleanup(func() { podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", foreign) })
 
@@ -225,6 +226,9 @@ func TestReap(t *testing.T) {
 			// A sandbox whose owner died without removing it.
 			child := osexec.Command(os.Args[0], "-test.run=^$")
 			child.Env = append(os.Environ(), crashEnv+"="+tag)
+			if env.PidsUnenforced {
+				child.Env = append(child.Env, noPidsEnv+"=1")
+			}
 			out, err := child.Output()
 			require.NoError(t, err, "crashing child: %s", out)
 			orphan := strings.TrimSpace(string(out))
@@ -299,7 +303,7 @@ func TestImageArchive(t *testing.T) {
 			podman(ctx, t, env, "rmi", ref)
 			t.Cleanup(func() { podman(context.Background(), t, env, "rmi", "-i", ref) })
 
-			cfg := vm.Config{Image: ref, Pull: vm.PullNever, ImageArchive: archive}
+			cfg := sandbox(env, vm.Config{Image: ref, Pull: vm.PullNever, ImageArchive: archive})
 			echoIn(ctx, t, cfg, "loaded", vm.WithURL(env.Host), vm.WithBackend(backend), vm.WithPodman(env.Podman))
 
 			cfg.Image = ref + "-absent"
