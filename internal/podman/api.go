@@ -245,7 +245,11 @@ func (a API) List(ctx context.Context, label string) ([]Container, error) {
 	if err != nil {
 		return nil, apiError("container list", "", err)
 	}
-	return list, nil
+	out := make([]Container, len(list))
+	for i, l := range list {
+		out[i] = Container(l)
+	}
+	return out, nil
 }
 
 // Close closes the idle connections kept to a unix:// or tcp://

@@ -2,7 +2,6 @@ package podman
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // This file is where Podman's failures are recognised, for both transports
@@ -18,23 +18,21 @@ import (
 // replay) and one rule that tells its failure to start a command from the
 // command's own exit status.
 
-// The errors a driver's calls match, with errors.Is. Package vm exports
-// them under the same names, documented there; their text keeps vm's
-// prefix, since they are vm's errors.
+// The errors a driver's calls match, with errors.Is: internal/driver's,
+// under the names they had here.
 var (
-	ErrInvalidConfig       = errors.New("vm: invalid config")
-	ErrNoSuchContainer     = errors.New("vm: no such container")
-	ErrContainerNotRunning = errors.New("vm: container is not running")
-	ErrImageNotFound       = errors.New("vm: image not found")
-	ErrNameInUse           = errors.New("vm: container name already in use")
-	ErrUnavailable         = errors.New("vm: podman unavailable")
-	ErrPodman              = errors.New("vm: podman failed")
-	ErrNotSupported        = errors.New("vm: not supported")
+	ErrInvalidConfig       = driver.ErrInvalidConfig
+	ErrNoSuchContainer     = driver.ErrNoSuchContainer
+	ErrContainerNotRunning = driver.ErrContainerNotRunning
+	ErrImageNotFound       = driver.ErrImageNotFound
+	ErrNameInUse           = driver.ErrNameInUse
+	ErrUnavailable         = driver.ErrUnavailable
+	ErrPodman              = driver.ErrPodman
+	ErrNotSupported        = driver.ErrNotSupported
+	// ErrNotReached is wrapped, beside [ErrUnavailable], by a call that
+	// never reached Podman (no podman binary): nothing can have been made.
+	ErrNotReached = driver.ErrNotReached
 )
-
-// ErrNotReached is wrapped, beside [ErrUnavailable], by a call that never
-// reached Podman (no podman binary): nothing can have been made.
-var ErrNotReached = errors.New("podman was not reached")
 
 // MessageBytes caps what is kept of output that only matters as an error
 // message.

@@ -1,0 +1,135 @@
+// Package driver is the seam between podvm's sandbox (package vm, which
+// writes the contract once) and the engines that run sandboxes: the
+// [Driver] interface, what it takes ([Spec], [Process]) and gives
+// ([Container]), and the errors its calls match. It belongs to no engine:
+// internal/podman implements it twice (the REST API, the CLI) and
+// internal/kube once (a Pod per sandbox).
+package driver
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// Driver is what differs between reaching Podman through its REST API and
+// through the podman command. Every method is bounded by its ctx. Errors
+// match the sentinel Podman's answer means (errors.go), or
+// [ErrUnavailable] when Podman could not be reached, and wrap the native
+// error (the engine's own error); a context's error is wrapped as is.
+type Driver interface {
+	// Image returns the architecture (a GOARCH) of image ref, or an error
+	// matching [ErrImageNotFound] when it is not present.
+	Image(ctx context.Context, ref string) (arch string, err error)
+	// Fetch makes image present: it loads the image archive file archive
+	// when set, else pulls image.
+	Fetch(ctx context.Context, image, archive string) error
+	// Local reports whether the containers run on this machine, where a
+	// bind mount reaches the caller's files, and names the service (a
+	// unix socket can still lead to another filesystem).
+	Local() (bool, string)
+	// Create creates a container as spec says and returns its ID: started,
+	// PID 1 being Podman's init, unless spec.Agent is set, which leaves it
+	// created. When it fails, something may have been made: the caller
+	// removes it by label.
+	Create(ctx context.Context, spec Spec) (string, error)
+	// Attach attaches to the stdio of created container id, then starts
+	// it: reading the stream yields its stdout, writing feeds its stdin.
+	// Closing it detaches.
+	Attach(ctx context.Context, id string) (io.ReadWriteCloser, error)
+	// Start starts created container id, attaching nothing.
+	Start(ctx context.Context, id string) error
+	// Exec runs p in container id as a Podman exec session and returns
+	// its exit status once the output is drained and the session ended.
+	// started reports that the session began (the command may have run).
+	// When ctx ends first it returns promptly, leaving what runs to the
+	// caller's kill. The status is Podman's as it is: [StartFailure] tells
+	// Podman's own failure to start the command from the command's exit.
+	Exec(ctx context.Context, id string, p Process) (code int, started bool, err error)
+	// CopyIn extracts the tar stream r into directory dir of container
+	// id. dir is a name, never a pattern, whatever bytes it holds
+	// (paths.go); a missing dir matches fs.ErrNotExist.
+	CopyIn(ctx context.Context, id, dir string, r io.Reader) error
+	// CopyOut writes path of container id to w as a tar stream. path is
+	// a name, never a pattern (paths.go); where Podman cannot be made to
+	// name it alone the error matches [ErrNotSupported], and another
+	// file's data is never sent. Podman's archive leaves sockets out
+	// without a word (buildah's copier, copierHandlerGet: "copier:
+	// skipping socket", logged by the service only): a tree holding one
+	// arrives without it, and the driver cannot tell.
+	CopyOut(ctx context.Context, id, path string, w io.Writer) error
+	// Remove force-removes container id; one already gone is no error,
+	// and one that exits by itself meanwhile is removed still.
+	Remove(ctx context.Context, id string) error
+	// List returns the containers carrying label ("key=value").
+	List(ctx context.Context, label string) ([]Container, error)
+	// Close releases what the driver keeps open between calls.
+	Close()
+}
+
+// Spec is a container for [Driver.Create]: a sandbox's config, its labels
+// and what its PID 1 is. Zero fields mean Podman's defaults.
+type Spec struct {
+	Name           string            // the container's name; "" lets Podman choose
+	Image          string            // present already
+	Labels         map[string]string // on the container
+	Env            []string          // KEY=VALUE, on top of the image's
+	Workdir, User  string            // "" for the image's
+	Network        string            // a mode ("none", "host", "container:NAME") or a network's name
+	Memory         int64             // bytes, swap included; 0: no limit
+	CPUs           float64           // 0: no limit
+	Pids           int64             // the pids limit; -1: none; 0: Podman's default
+	ReadOnlyRootfs bool              // with writable tmpfs on /tmp, /var/tmp and /run
+	Capabilities   []string          // the only ones kept; all others are dropped
+	Mounts         []Mount           // bind mounts
+	// Agent, when set, is the program in the container that is its PID 1
+	// (as the container's user, stdin open, stdio not logged), and the
+	// container is left created for [Driver.Attach] to start. Otherwise
+	// PID 1 is Podman's init in pause mode ([initEntrypoint]).
+	Agent string
+	// AgentArgs are the agent's arguments.
+	AgentArgs []string
+}
+
+// Mount is a bind mount of Source, on the Podman host, at Target.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+// Process is one command for [Driver.Exec], as Podman's exec takes it.
+type Process struct {
+	Argv    []string
+	Env     []string // the command's env; the container's is the base
+	Workdir string   // "" for the container's
+	User    string   // "" for the container's
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+}
+
+// Container is a sandbox as [Driver.List] finds it: its ID and labels.
+// The JSON names are Podman's, as both `podman ps --format json` and its
+// REST API spell them.
+type Container struct {
+	ID     string            `json:"Id"`
+	Labels map[string]string `json:"Labels"`
+}
+
+// The errors a driver's calls match, with errors.Is. Package vm exports
+// them under the same names, documented there; their text keeps vm's
+// prefix, since they are vm's errors.
+var (
+	ErrInvalidConfig       = errors.New("vm: invalid config")
+	ErrNoSuchContainer     = errors.New("vm: no such container")
+	ErrContainerNotRunning = errors.New("vm: container is not running")
+	ErrImageNotFound       = errors.New("vm: image not found")
+	ErrNameInUse           = errors.New("vm: container name already in use")
+	ErrUnavailable         = errors.New("vm: podman unavailable")
+	ErrPodman              = errors.New("vm: podman failed")
+	ErrNotSupported        = errors.New("vm: not supported")
+)
+
+// ErrNotReached is wrapped, beside [ErrUnavailable], by a call that never
+// reached the engine (no podman binary): nothing can have been made.
+var ErrNotReached = errors.New("podman was not reached")
