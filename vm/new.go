@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/podman"
 )
@@ -24,7 +25,9 @@ import (
 //     the ping timeout: the first that answers gets an [APIVM];
 //  3. when none answers, a [CLIVM] running the podman binary on PATH.
 //
-// [WithBackend] restricts the choice to one backend. When nothing is
+// [WithBackend] restricts the choice to one backend; [BackendKube], once
+// registered by importing vm/kube, is a Pod on the cluster kubectl would
+// use. When nothing is
 // usable the error matches [ErrUnavailable] and lists everything tried.
 // The choice and its reason go to the [WithLogger] logger. A config error
 // matches [ErrInvalidConfig] and is reported before any probe.
@@ -33,6 +36,14 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 		return nil, err
 	}
 	o := newOptions(opts)
+	if open, ok := driver.Lookup(string(o.backend)); ok {
+		d, err := open(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		o.log.Info("podvm: using the registered backend", "backend", o.backend)
+		return newSandbox(d, cfg)
+	}
 	if podman.IsLocal(cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))) {
 		// Every candidate is on this machine: a missing mount source is
 		// a bad config, refused before any probe.
@@ -57,10 +68,34 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 	return v, nil
 }
 
+// newSandbox is the sandbox for cfg, valid, over d, a driver of an
+// engine registered with internal/driver; it closes d when it fails.
+func newSandbox(d driver.Driver, cfg Config) (VM, error) {
+	s := new(sandbox)
+	if err := s.init(d, cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func init() {
+	driver.NewSandbox = func(d driver.Driver, cfg any) (any, error) {
+		c, ok := cfg.(Config)
+		if !ok {
+			d.Close()
+			return nil, fmt.Errorf("%w: %T is not a vm.Config", ErrInvalidConfig, cfg)
+		}
+		return newSandbox(d, c)
+	}
+}
+
 // driver finds Podman as [New] describes, and logs its choice. When
 // nothing is usable the error matches [ErrUnavailable] and lists what was
 // tried, or [ErrInvalidConfig] for an option that cannot work.
 func (o options) driver(ctx context.Context) (podman.Driver, error) {
+	if open, ok := driver.Lookup(string(o.backend)); ok {
+		return open(ctx, nil)
+	}
 	c, tried, err := o.connect(ctx)
 	switch {
 	case c != nil:

@@ -15,6 +15,12 @@ const (
 	BackendAuto Backend = ""    // the first socket that answers, else the CLI
 	BackendAPI  Backend = "api" // APIVM only
 	BackendCLI  Backend = "cli" // CLIVM only
+	// BackendKube is a Pod per sandbox on the Kubernetes cluster kubectl
+	// would use, in its context's namespace. It is there once package
+	// github.com/podvm/podvm/vm/kube is imported (which brings client-go
+	// with it), and is never chosen by BackendAuto; its constructor
+	// there, kube.New, takes the options New does not have.
+	BackendKube Backend = "kube"
 )
 
 // DefaultPingTimeout bounds each socket probe of [New] and [Reap].
