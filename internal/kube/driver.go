@@ -1,0 +1,549 @@
+// Package kube is podvm's Kubernetes driver: the [driver.Driver] that makes
+// one Pod per sandbox through the API server, and reaches it through the
+// pod's attach and exec subresources (client-go's remotecommand:
+// WebSocket, SPDY where the server lacks it). Package vm's sandbox runs
+// over it as over the Podman drivers; vm/kube is its public face.
+//
+// How a sandbox with podvm's agent comes up, with no registry:
+//
+//  1. Create makes the pod (pod.go): an init container, Install, from the
+//     sandbox's own image, runs `tar -x -f - -C /` on its stdin, with an
+//     emptyDir mounted at the agent's directory; the sandbox's container,
+//     Main, mounts that volume read-only and runs the agent behind a gate
+//     (a shell's read of one line).
+//  2. CopyIn of the agent's tar stream to "/" attaches to Install's stdin
+//     and streams it; Install exits, Main starts.
+//  3. Attach waits for Main to run, attaches to its stdio and opens the
+//     gate: the agent's handshake is then the first thing on the stream.
+//
+// Main's stdin is stdinOnce: when the attach ends — Remove, or the
+// caller's process died and its connection with it — the agent's stdin
+// closes, and it kills everything and exits. The pod's
+// activeDeadlineSeconds bounds it anyway.
+//
+// Without the agent (the exec path), Main runs cat on the same kind of
+// stdin, held by an attach of the driver's, and each command is an exec
+// session wrapped in a small sh script (exec.go): the exec API takes argv
+// alone, no environment, working directory or user.
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"runtime"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/podvm/podvm/internal/capture"
+	"github.com/podvm/podvm/internal/driver"
+)
+
+// Client is a connection to a cluster's API server.
+type Client struct {
+	CS   kubernetes.Interface
+	REST *rest.Config
+}
+
+// Connect loads the client configuration as kubectl does: kubeconfig
+// when set, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
+// service account; kubecontext picks a context ("" for the current
+// one). It returns the client and the namespace: namespace when set, else
+// the context's (or the in-cluster pod's), else "default". It makes no
+// request.
+func Connect(kubeconfig, kubecontext, namespace string) (*Client, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubecontext})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: kube: no cluster configuration (KUBECONFIG, ~/.kube/config or in-cluster): %w", driver.ErrUnavailable, err)
+	}
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil || namespace == "" {
+			namespace = "default"
+		}
+	}
+	// A sandbox costs a handful of requests; client-go's default of 5 per
+	// second would make a pool of them crawl.
+	rc.QPS, rc.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: kube: %w", driver.ErrInvalidConfig, err)
+	}
+	return &Client{CS: cs, REST: rc}, namespace, nil
+}
+
+// Driver is the [driver.Driver] of a Kubernetes namespace. It is safe for
+// concurrent use.
+type Driver struct {
+	c *Client
+	o Options
+
+	mu       sync.Mutex
+	arch     string             // the nodes' architecture, once Image found it
+	pending  map[string]bool    // pods whose Install waits for the agent's tar
+	lines    map[string]*stream // the exec path: the attach holding Main's stdin
+	policies map[string]string  // pod → its deny-all NetworkPolicy
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns the driver that makes pods through c as o says.
+func New(c *Client, o Options) *Driver {
+	return &Driver{c: c, o: o, pending: map[string]bool{}, lines: map[string]*stream{}, policies: map[string]string{}}
+}
+
+// Image returns the architecture of the cluster's nodes (the first Ready
+// one's; the pods are then pinned to it by a node selector), or, when the
+// caller may not list nodes, this program's. Whether the nodes have the
+// image only shows when a pod starts: Attach or Create then fails with
+// [driver.ErrImageNotFound].
+func (d *Driver) Image(ctx context.Context, ref string) (string, error) {
+	d.mu.Lock()
+	arch := d.arch
+	d.mu.Unlock()
+	if arch != "" {
+		return arch, nil
+	}
+	nodes, err := d.c.CS.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+		return runtime.GOARCH, nil
+	case err != nil:
+		return "", classify("list nodes", "", err)
+	}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && n.Status.NodeInfo.Architecture != "" {
+				arch = n.Status.NodeInfo.Architecture
+			}
+		}
+		if arch != "" {
+			break
+		}
+	}
+	if arch == "" {
+		return "", fmt.Errorf("%w: kube: no node is Ready", driver.ErrUnavailable)
+	}
+	d.mu.Lock()
+	d.arch = arch
+	d.mu.Unlock()
+	return arch, nil
+}
+
+// Fetch does nothing for an image: the kubelet pulls it as the pods'
+// imagePullPolicy says. An image archive cannot reach the nodes' runtime
+// through the API server: [driver.ErrNotSupported].
+func (d *Driver) Fetch(ctx context.Context, image, archive string) error {
+	if archive != "" {
+		return fmt.Errorf("%w: kube: an image archive cannot be loaded into the nodes through the API server; import it into each node's runtime (ctr -n k8s.io images import) or push it to a registry the nodes can pull from", driver.ErrNotSupported)
+	}
+	return nil
+}
+
+// Local reports false: the pods run wherever the scheduler puts them. The
+// service is named by the API server and the namespace.
+func (d *Driver) Local() (bool, string) { return false, "kube:" + d.c.REST.Host + "/" + d.o.Namespace }
+
+// labelSandbox names one pod for its NetworkPolicy's selector.
+const labelSandbox = "io.podvm.kube.sandbox"
+
+// Create makes the pod for spec (and, for Network "none", its deny-all
+// NetworkPolicy, first, so the pod never runs without it) and returns its
+// name. With spec.Agent it returns at once: Install waits for the agent's
+// tar ([Driver.CopyIn]). Otherwise it waits for Main to run and attaches
+// to its stdin, which holds the pod up until [Driver.Remove].
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
+	d.mu.Lock()
+	o := d.o
+	o.Arch = d.arch
+	d.mu.Unlock()
+	p, err := pod(spec, o)
+	if err != nil {
+		return "", err
+	}
+	var policy string
+	if spec.Network == "none" {
+		key := randomHex()
+		p.Labels[labelSandbox] = key
+		np, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Create(ctx, denyAll(d.o.Namespace, labelSandbox, key, p.Labels), metav1.CreateOptions{})
+		if err != nil {
+			return "", classify("create network policy", "", err)
+		}
+		policy = np.Name
+	}
+	made, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		if policy != "" {
+			d.deletePolicy(context.WithoutCancel(ctx), policy)
+		}
+		return "", classify("create pod", spec.Name, err)
+	}
+	id := made.Name
+	d.mu.Lock()
+	if policy != "" {
+		d.policies[id] = policy
+	}
+	if spec.Agent != "" {
+		d.pending[id] = true
+	}
+	d.mu.Unlock()
+	if policy != "" {
+		// The pod owns its policy: the garbage collector deletes it with
+		// the pod, whoever deletes the pod.
+		ref := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, id, made.UID)
+		if _, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Patch(ctx, policy, types.MergePatchType, []byte(ref), metav1.PatchOptions{}); err != nil {
+			return id, classify("own network policy", policy, err)
+		}
+	}
+	if spec.Agent != "" {
+		return id, nil
+	}
+	if err := d.waitRunning(ctx, id, Main); err != nil {
+		return id, err
+	}
+	pr, pw := io.Pipe()
+	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true, Stderr: true},
+		remotecommand.StreamOptions{Stdin: pr, Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil {
+		return id, err
+	}
+	line.closers = append(line.closers, pw)
+	d.mu.Lock()
+	d.lines[id] = line
+	d.mu.Unlock()
+	return id, nil
+}
+
+// CopyIn extracts the tar stream r into dir of pod id. Before the pod
+// started, into "/", it feeds the agent to Install; after, it is tar in
+// an exec session, as the container's user (exec.go).
+func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
+	d.mu.Lock()
+	install := d.pending[id] && dir == "/"
+	delete(d.pending, id)
+	d.mu.Unlock()
+	if !install {
+		return d.tarIn(ctx, id, dir, r)
+	}
+	if err := d.wait(ctx, id, func(p *corev1.Pod) (bool, error) {
+		if st := status(p.Status.InitContainerStatuses, Install); st != nil && st.State.Running != nil {
+			return true, nil
+		}
+		return false, failure(p)
+	}); err != nil {
+		return err
+	}
+	stderr := capture.New(4 << 10)
+	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stderr: true},
+		remotecommand.StreamOptions{Stdin: r, Stderr: stderr})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		s.Close()
+		return fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
+	}
+	if s.err != nil && !errors.Is(s.err, io.EOF) {
+		return fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrPodman, s.err, bytes.TrimSpace([]byte(stderr.String())))
+	}
+	return nil
+}
+
+// Attach waits for Main of pod id to run, attaches to its stdio and opens
+// the gate (pod.go) by writing a line: the agent's handshake comes next.
+func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	if err := d.waitRunning(ctx, id, Main); err != nil {
+		return nil, err
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	stderr := capture.New(4 << 10)
+	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true, Stderr: true},
+		remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: stderr})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, inW, outR)
+	go func() {
+		<-s.done
+		why := s.err
+		if why == nil {
+			why = io.EOF
+		} else if msg := bytes.TrimSpace([]byte(stderr.String())); len(msg) > 0 {
+			why = fmt.Errorf("%w (the agent's stderr: %s)", why, msg)
+		}
+		outW.CloseWithError(why)
+	}()
+	go func() {
+		// The gate: written once the stream is up, whenever that is.
+		_, _ = inW.Write([]byte("\n"))
+	}()
+	return &attached{s: s, in: inW, out: outR}, nil
+}
+
+// attached is Main's stdio as a stream: reads are its stdout, writes its
+// stdin; Close ends the attach (and, stdinOnce, the agent).
+type attached struct {
+	s   *stream
+	in  *io.PipeWriter
+	out *io.PipeReader
+}
+
+func (a *attached) Read(p []byte) (int, error)  { return a.out.Read(p) }
+func (a *attached) Write(p []byte) (int, error) { return a.in.Write(p) }
+func (a *attached) Close() error                { a.s.Close(); return nil }
+
+// Start is never needed: the agent's channel is its stdio, attached.
+func (d *Driver) Start(ctx context.Context, id string) error {
+	return fmt.Errorf("%w: kube: starting a pod without attaching to it", driver.ErrNotSupported)
+}
+
+// Remove deletes pod id at once (grace period 0: the API object goes now,
+// the kubelet kills its containers), and its NetworkPolicy; a pod already
+// gone is no error.
+func (d *Driver) Remove(ctx context.Context, id string) error {
+	d.mu.Lock()
+	line, policy := d.lines[id], d.policies[id]
+	delete(d.lines, id)
+	delete(d.policies, id)
+	delete(d.pending, id)
+	d.mu.Unlock()
+	if line != nil {
+		line.Close()
+	}
+	err := d.c.CS.CoreV1().Pods(d.o.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify("delete pod", id, err)
+	}
+	if policy != "" {
+		d.deletePolicy(ctx, policy)
+	}
+	return nil
+}
+
+// deletePolicy deletes a NetworkPolicy of ours; one already gone (its pod's
+// garbage collection) is fine, and a failure leaves it to that.
+func (d *Driver) deletePolicy(ctx context.Context, name string) {
+	_ = d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+// List returns the pods of the namespace carrying label ("key=value").
+func (d *Driver) List(ctx context.Context, label string) ([]driver.Container, error) {
+	list, err := d.c.CS.CoreV1().Pods(d.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: label})
+	if err != nil {
+		return nil, classify("list pods", "", err)
+	}
+	out := make([]driver.Container, 0, len(list.Items))
+	for _, p := range list.Items {
+		out = append(out, driver.Container{ID: p.Name, Labels: p.Labels})
+	}
+	return out, nil
+}
+
+// Close ends the attaches the driver holds (the exec path's).
+func (d *Driver) Close() {
+	d.mu.Lock()
+	lines := d.lines
+	d.lines = map[string]*stream{}
+	d.mu.Unlock()
+	for _, l := range lines {
+		l.Close()
+	}
+}
+
+// waitRunning waits until container name of pod id runs.
+func (d *Driver) waitRunning(ctx context.Context, id, name string) error {
+	return d.wait(ctx, id, func(p *corev1.Pod) (bool, error) {
+		if st := status(p.Status.ContainerStatuses, name); st != nil && st.State.Running != nil {
+			return true, nil
+		}
+		return false, failure(p)
+	})
+}
+
+// wait watches pod id until check says it is done or fails, or ctx ends.
+func (d *Driver) wait(ctx context.Context, id string, check func(*corev1.Pod) (bool, error)) error {
+	pods := d.c.CS.CoreV1().Pods(d.o.Namespace)
+	var last *corev1.Pod
+	for {
+		p, err := pods.Get(ctx, id, metav1.GetOptions{})
+		if err != nil {
+			return classify("get pod", id, err)
+		}
+		if done, err := check(p); done || err != nil {
+			return err
+		}
+		last = p
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + id, ResourceVersion: p.ResourceVersion})
+		if err != nil {
+			return classify("watch pod", id, err)
+		}
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if ev.Type == "DELETED" {
+				w.Stop()
+				return fmt.Errorf("%w: kube: pod %s was deleted", driver.ErrNoSuchContainer, id)
+			}
+			last = p
+			if done, err := check(p); done || err != nil {
+				w.Stop()
+				return err
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return fmt.Errorf("vm: kube: waiting for pod %s (%s): %w", id, describe(last), ctx.Err())
+		}
+		// The watch ended (the server's timeout): look again.
+	}
+}
+
+// status returns the status of container name, or nil.
+func status(list []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// imageReasons are the kubelet's reasons for a container waiting on an
+// image it does not have and may not, or cannot, pull.
+var imageReasons = map[string]bool{"ErrImageNeverPull": true, "ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true}
+
+// startReasons are the kubelet's reasons for a container it could not
+// make or start.
+var startReasons = map[string]bool{"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true}
+
+// failure says why pod p will not get where a wait wants it, or nil while
+// it may.
+func failure(p *corev1.Pod) error {
+	if p.DeletionTimestamp != nil {
+		return fmt.Errorf("%w: kube: pod %s is being deleted", driver.ErrContainerNotRunning, p.Name)
+	}
+	all := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+	for _, st := range all {
+		if w := st.State.Waiting; w != nil {
+			switch {
+			case imageReasons[w.Reason]:
+				return fmt.Errorf("%w: kube: pod %s: %s: %s", driver.ErrImageNotFound, p.Name, w.Reason, w.Message)
+			case startReasons[w.Reason]:
+				return fmt.Errorf("%w: kube: pod %s: container %s: %s: %s", driver.ErrPodman, p.Name, st.Name, w.Reason, w.Message)
+			}
+		}
+		if t := st.State.Terminated; t != nil {
+			switch {
+			case st.Name == Install && t.ExitCode != 0:
+				return fmt.Errorf("%w: kube: pod %s: installing the agent: tar exited %d (%s): %s", driver.ErrPodman, p.Name, t.ExitCode, t.Reason, t.Message)
+			case st.Name == Main:
+				return fmt.Errorf("%w: kube: pod %s: its container exited %d (%s): %s", driver.ErrContainerNotRunning, p.Name, t.ExitCode, t.Reason, t.Message)
+			}
+		}
+	}
+	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return fmt.Errorf("%w: kube: pod %s has ended (%s): %s %s", driver.ErrContainerNotRunning, p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+	}
+	return nil
+}
+
+// describe says where pod p is, for an error after a wait timed out.
+func describe(p *corev1.Pod) string {
+	if p == nil {
+		return "not seen"
+	}
+	s := "phase " + string(p.Status.Phase)
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			s += fmt.Sprintf("; %s: %s", c.Type, c.Message)
+		}
+	}
+	return s
+}
+
+// stream is one attach or exec session, run in a goroutine of its own
+// until it ends or is closed.
+type stream struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error // once done is closed
+	closers []io.Closer
+	once    sync.Once
+}
+
+// Close ends the session and waits (a moment at most) for it to return.
+func (s *stream) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		for _, c := range s.closers {
+			c.Close()
+		}
+	})
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+	}
+	return nil
+}
+
+// open starts the session sub ("attach" or "exec") on pod id with
+// params, streaming so, in a goroutine: the session outlives the call
+// that opened it, until it ends or is closed.
+func (d *Driver) open(id, sub string, params kruntime.Object, so remotecommand.StreamOptions) (*stream, error) {
+	ex, err := d.executor(id, sub, params)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stream{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer cancel()
+		s.err = ex.StreamWithContext(ctx, so)
+	}()
+	return s, nil
+}
+
+// executor is kubectl's: WebSocket, falling back to SPDY where the
+// server cannot upgrade to it.
+func (d *Driver) executor(id, sub string, params kruntime.Object) (remotecommand.Executor, error) {
+	req := d.c.CS.CoreV1().RESTClient().Post().Resource("pods").Namespace(d.o.Namespace).Name(id).
+		SubResource(sub).VersionedParams(params, scheme.ParameterCodec)
+	return newExecutor(d.c.REST, req.URL())
+}
+
+func newExecutor(rc *rest.Config, u *url.URL) (remotecommand.Executor, error) {
+	spdy, err := remotecommand.NewSPDYExecutor(rc, "POST", u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kube: %w", driver.ErrPodman, err)
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: kube: %w", driver.ErrPodman, err)
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}

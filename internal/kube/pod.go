@@ -1,0 +1,282 @@
+package kube
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/driver"
+)
+
+// This file is what a sandbox becomes on Kubernetes: one Pod, and for
+// Network "none" a NetworkPolicy that denies it all traffic. It is a pure
+// function of the driver's Spec and Options, so that every Config field's
+// fate is tested without a cluster.
+
+// Names of the pod's containers and volumes.
+const (
+	// Main is the sandbox's container: podvm's agent as PID 1, or, on the
+	// exec path, cat holding the pod open.
+	Main = "sandbox"
+	// Install is the init container that extracts the agent's tar stream,
+	// read from its stdin, into the agent's volume.
+	Install = "podvm-install"
+	// agentVolume holds the agent: written by Install, read-only in Main.
+	agentVolume = "podvm-agent"
+)
+
+// gate is what PID 1 of Main runs before the agent: it waits for one line
+// on stdin, which [Driver.Attach] writes once attached. The agent speaks
+// first, and Kubernetes can only attach to a container that runs: without
+// the gate its handshake would be written before anyone listens, and lost.
+// It needs /bin/sh in the image (as the install container needs tar).
+const gate = `read -r _ && exec "$0" "$@"`
+
+// Options are what the driver adds to a Spec: where and how its pods run.
+type Options struct {
+	// Namespace is where the pods (and policies) are made.
+	Namespace string
+	// RuntimeClass is the pods' runtimeClassName; "" for the cluster's
+	// default runtime.
+	RuntimeClass string
+	// PullPolicy is the containers' imagePullPolicy.
+	PullPolicy corev1.PullPolicy
+	// Lifetime is the pods' activeDeadlineSeconds: the kubelet kills a pod
+	// that runs longer, whoever made it, whether or not it is alive.
+	Lifetime time.Duration
+	// DenyAll makes, for Network "none", a NetworkPolicy selecting the pod
+	// that allows no ingress and no egress. Without it, Network "none" is
+	// refused: the pod network is the only other choice.
+	DenyAll bool
+	// Arch, when set, is the nodes' architecture the pod must land on (the
+	// agent is built for it).
+	Arch string
+}
+
+// Check reports whether spec can be honoured as o says, as [Driver.Create]
+// would, without a cluster: the error is the one Create would return.
+func Check(spec driver.Spec, o Options) error {
+	_, err := pod(spec, o)
+	return err
+}
+
+// pod returns the Pod for spec, or an error matching
+// [driver.ErrNotSupported] or [driver.ErrInvalidConfig] for a field that
+// Kubernetes cannot honour as the Spec means it. Its name is spec.Name,
+// else generated from "podvm-".
+func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
+	if len(spec.Mounts) > 0 {
+		return nil, fmt.Errorf("%w: kube: host mounts: a pod's hostPath is a directory of whichever node runs it, not of the caller; copy files in with CopyIn instead", driver.ErrNotSupported)
+	}
+	if err := checkLabels(spec.Labels); err != nil {
+		return nil, err
+	}
+	if spec.Name != "" {
+		if errs := validation.IsDNS1123Subdomain(spec.Name); len(errs) > 0 {
+			return nil, fmt.Errorf("%w: kube: name %q is not a pod name: %s", driver.ErrInvalidConfig, spec.Name, strings.Join(errs, "; "))
+		}
+	}
+	uid, gid, err := ids(spec.User)
+	if err != nil {
+		return nil, err
+	}
+	hostNet, err := network(spec.Network, o)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resources(spec)
+	if err != nil {
+		return nil, err
+	}
+	sc := &corev1.SecurityContext{
+		RunAsUser:                uid,
+		RunAsGroup:               gid,
+		Privileged:               ptr(false),
+		AllowPrivilegeEscalation: ptr(false),
+		ReadOnlyRootFilesystem:   ptr(spec.ReadOnlyRootfs),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	for _, c := range spec.Capabilities {
+		sc.Capabilities.Add = append(sc.Capabilities.Add, corev1.Capability(c))
+	}
+	main := corev1.Container{
+		Name:            Main,
+		Image:           spec.Image,
+		ImagePullPolicy: o.PullPolicy,
+		WorkingDir:      spec.Workdir,
+		Resources:       res,
+		SecurityContext: sc,
+		// Both paths hold PID 1's stdin open through an attach: when that
+		// attach ends (Remove, or the caller's process died and its
+		// connection with it), stdin closes and PID 1 exits.
+		Stdin:                    true,
+		StdinOnce:                true,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		main.Env = append(main.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: o.Namespace, Labels: maps.Clone(spec.Labels)},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr(false),
+			EnableServiceLinks:            ptr(false),
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			HostNetwork:                   hostNet,
+			Containers:                    []corev1.Container{main},
+		},
+	}
+	if spec.Name == "" {
+		p.GenerateName = "podvm-"
+	}
+	if o.RuntimeClass != "" {
+		p.Spec.RuntimeClassName = ptr(o.RuntimeClass)
+	}
+	if o.Lifetime > 0 {
+		p.Spec.ActiveDeadlineSeconds = ptr(int64(o.Lifetime.Seconds()))
+	}
+	if o.Arch != "" {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelArchStable: o.Arch}
+	}
+	if spec.ReadOnlyRootfs {
+		// As Podman does with --read-only: writable scratch where programs
+		// expect it, in memory, gone with the pod.
+		for i, dir := range []string{"/tmp", "/var/tmp", "/run"} {
+			name := "podvm-tmp-" + strconv.Itoa(i)
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: name,
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}})
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: dir})
+		}
+	}
+	c := &p.Spec.Containers[0]
+	if spec.Agent == "" {
+		// The exec path: cat, reading the stdin nobody writes to, holds
+		// the pod open; the pause container is PID 1 and reaps orphans.
+		p.Spec.ShareProcessNamespace = ptr(true)
+		c.Command = []string{"cat"}
+		return p, nil
+	}
+	// The agent's path: Install extracts it into a volume that Main sees
+	// read-only, and Main runs it as PID 1 behind the gate.
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: agentVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir, ReadOnly: true})
+	c.Command = append([]string{"/bin/sh", "-c", gate, spec.Agent}, spec.AgentArgs...)
+	install := corev1.Container{
+		Name:            Install,
+		Image:           spec.Image,
+		ImagePullPolicy: o.PullPolicy,
+		Command:         []string{"tar", "-x", "-f", "-", "-C", "/"},
+		Stdin:           true,
+		StdinOnce:       true,
+		Resources:       res,
+		SecurityContext: sc.DeepCopy(),
+		VolumeMounts:    []corev1.VolumeMount{{Name: agentVolume, MountPath: agent.Dir}},
+	}
+	// tar writes the agent's volume alone, whatever the rootfs.
+	install.SecurityContext.ReadOnlyRootFilesystem = ptr(true)
+	p.Spec.InitContainers = []corev1.Container{install}
+	return p, nil
+}
+
+// ids maps a User ("uid" or "uid:gid") to runAsUser and runAsGroup:
+// Kubernetes takes numbers only, names are refused.
+func ids(user string) (uid, gid *int64, err error) {
+	if user == "" {
+		return nil, nil, nil
+	}
+	u, g, hasGroup := strings.Cut(user, ":")
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil || n < 0 || n > 1<<31-1 {
+		return nil, nil, fmt.Errorf("%w: kube: user %q: Kubernetes runs containers as a numeric uid (runAsUser), not a name", driver.ErrNotSupported, user)
+	}
+	uid = &n
+	if hasGroup {
+		m, err := strconv.ParseInt(g, 10, 64)
+		if err != nil || m < 0 || m > 1<<31-1 {
+			return nil, nil, fmt.Errorf("%w: kube: group %q: Kubernetes takes a numeric gid (runAsGroup), not a name", driver.ErrNotSupported, g)
+		}
+		gid = &m
+	}
+	return uid, gid, nil
+}
+
+// network maps a Network: "none" is the pod network behind a deny-all
+// policy (o.DenyAll), "host" the node's network, "bridge" and "pod" the
+// pod network as it is. Anything else is refused.
+func network(mode string, o Options) (hostNetwork bool, err error) {
+	switch mode {
+	case "none":
+		if !o.DenyAll {
+			return false, fmt.Errorf("%w: kube: network \"none\": a pod always has the pod network; it is cut off only by a NetworkPolicy, which only a cluster whose network plugin enforces policies honours (say so with kube.WithNetworkPolicy, or accept an unenforced one with kube.WithUnenforcedNetworkPolicy)", driver.ErrNotSupported)
+		}
+		return false, nil
+	case "host":
+		return true, nil
+	case "bridge", "pod":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: kube: network %q: a pod has the pod network (\"pod\" or \"bridge\"), the node's (\"host\"), or none (\"none\", by a NetworkPolicy)", driver.ErrNotSupported, mode)
+}
+
+// resources maps Memory and CPUs to the container's limits (requests
+// default to them).
+func resources(spec driver.Spec) (corev1.ResourceRequirements, error) {
+	var r corev1.ResourceRequirements
+	if spec.Memory == 0 && spec.CPUs == 0 {
+		return r, nil
+	}
+	r.Limits = corev1.ResourceList{}
+	if spec.Memory > 0 {
+		r.Limits[corev1.ResourceMemory] = *resource.NewQuantity(spec.Memory, resource.BinarySI)
+	}
+	if spec.CPUs > 0 {
+		milli := int64(spec.CPUs*1000 + 0.5)
+		if milli < 1 {
+			return r, fmt.Errorf("%w: kube: cpus %v: Kubernetes counts CPUs in thousandths", driver.ErrInvalidConfig, spec.CPUs)
+		}
+		r.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+	}
+	return r, nil
+}
+
+// checkLabels refuses labels that Kubernetes would: a key is a qualified
+// name, a value at most 63 characters of letters, digits, '-', '_', '.'.
+func checkLabels(labels map[string]string) error {
+	for k, v := range labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("%w: kube: label key %q: %s", driver.ErrInvalidConfig, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("%w: kube: label %s=%q: %s", driver.ErrInvalidConfig, k, v, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// denyAll is the NetworkPolicy that cuts the pods carrying label
+// key=value off: it selects them, for ingress and egress, and allows
+// nothing.
+func denyAll(namespace, key, value string, labels map[string]string) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "podvm-deny-", Namespace: namespace, Labels: maps.Clone(labels)},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{key: value}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,229 @@
+package kube
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/driver"
+)
+
+func baseSpec() driver.Spec {
+	return driver.Spec{Image: "localhost/busybox:1", Network: "pod", Labels: map[string]string{"io.podvm.managed": "true"},
+		Capabilities: []string{"CHOWN", "KILL"}, Agent: agent.Path}
+}
+
+var baseOpts = Options{Namespace: "ns", PullPolicy: corev1.PullNever, Lifetime: time.Hour}
+
+// Every pod, whatever its config, is locked down the same way.
+func TestPodAlways(t *testing.T) {
+	p, err := pod(baseSpec(), baseOpts)
+	require.NoError(t, err)
+	assert.Equal(t, "ns", p.Namespace)
+	assert.Equal(t, "podvm-", p.GenerateName)
+	assert.Equal(t, "true", p.Labels["io.podvm.managed"])
+	s := p.Spec
+	assert.Equal(t, corev1.RestartPolicyNever, s.RestartPolicy)
+	assert.False(t, *s.AutomountServiceAccountToken, "a service account token in the pod")
+	assert.False(t, *s.EnableServiceLinks)
+	assert.Equal(t, int64(3600), *s.ActiveDeadlineSeconds)
+	assert.False(t, s.HostNetwork)
+	assert.Nil(t, s.RuntimeClassName)
+	require.Len(t, s.Containers, 1)
+	require.Len(t, s.InitContainers, 1)
+	for _, c := range append(s.InitContainers, s.Containers...) {
+		sc := c.SecurityContext
+		assert.False(t, *sc.AllowPrivilegeEscalation, c.Name)
+		assert.False(t, *sc.Privileged, c.Name)
+		assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, c.Name)
+		assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type, c.Name)
+		assert.Equal(t, corev1.PullNever, c.ImagePullPolicy, c.Name)
+		assert.Equal(t, "localhost/busybox:1", c.Image, c.Name)
+		assert.True(t, c.Stdin && c.StdinOnce, "%s: stdin open once", c.Name)
+	}
+	assert.Equal(t, []corev1.Capability{"CHOWN", "KILL"}, s.Containers[0].SecurityContext.Capabilities.Add)
+}
+
+// The agent's way in: Install extracts its stdin into the volume that
+// Main mounts read-only at agent.Dir and runs, behind the gate.
+func TestPodAgent(t *testing.T) {
+	spec := baseSpec()
+	spec.AgentArgs = []string{"-x"}
+	p, err := pod(spec, baseOpts)
+	require.NoError(t, err)
+	in, main := p.Spec.InitContainers[0], p.Spec.Containers[0]
+	assert.Equal(t, Install, in.Name)
+	assert.Equal(t, []string{"tar", "-x", "-f", "-", "-C", "/"}, in.Command)
+	assert.Equal(t, []corev1.VolumeMount{{Name: agentVolume, MountPath: agent.Dir}}, in.VolumeMounts)
+	assert.True(t, *in.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, []string{"/bin/sh", "-c", gate, agent.Path, "-x"}, main.Command)
+	assert.Contains(t, main.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir, ReadOnly: true})
+	assert.Nil(t, p.Spec.ShareProcessNamespace)
+}
+
+// The exec path: no Install; cat holds Main, pause is PID 1.
+func TestPodExecPath(t *testing.T) {
+	spec := baseSpec()
+	spec.Agent = ""
+	p, err := pod(spec, baseOpts)
+	require.NoError(t, err)
+	assert.Empty(t, p.Spec.InitContainers)
+	assert.Empty(t, p.Spec.Volumes)
+	assert.Equal(t, []string{"cat"}, p.Spec.Containers[0].Command)
+	assert.True(t, *p.Spec.ShareProcessNamespace)
+}
+
+// One case per Config field the driver sees: what it becomes, or its
+// refusal.
+func TestPodFields(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		spec  func(*driver.Spec)
+		opts  func(*Options)
+		check func(*testing.T, *corev1.Pod)
+		err   error
+	}{
+		{name: "Name", spec: func(s *driver.Spec) { s.Name = "podvm-x.y" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Equal(t, "podvm-x.y", p.Name)
+			assert.Empty(t, p.GenerateName)
+		}},
+		{name: "Name not a pod name", spec: func(s *driver.Spec) { s.Name = "Upper_case" }, err: driver.ErrInvalidConfig},
+		{name: "Labels", spec: func(s *driver.Spec) { s.Labels["team"] = "build" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Equal(t, "build", p.Labels["team"])
+		}},
+		{name: "Label value not a label", spec: func(s *driver.Spec) { s.Labels["team"] = "a b" }, err: driver.ErrInvalidConfig},
+		{name: "Label key not a label", spec: func(s *driver.Spec) { s.Labels["a b"] = "x" }, err: driver.ErrInvalidConfig},
+		{name: "Env", spec: func(s *driver.Spec) { s.Env = []string{"A=1", "EMPTY=", "B=x=y"} }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Equal(t, []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "EMPTY"}, {Name: "B", Value: "x=y"}}, p.Spec.Containers[0].Env)
+		}},
+		{name: "Workdir", spec: func(s *driver.Spec) { s.Workdir = "/tmp" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Equal(t, "/tmp", p.Spec.Containers[0].WorkingDir)
+		}},
+		{name: "User uid", spec: func(s *driver.Spec) { s.User = "65534" }, check: func(t *testing.T, p *corev1.Pod) {
+			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+				assert.Equal(t, int64(65534), *c.SecurityContext.RunAsUser)
+				assert.Nil(t, c.SecurityContext.RunAsGroup)
+			}
+		}},
+		{name: "User uid:gid", spec: func(s *driver.Spec) { s.User = "1000:2000" }, check: func(t *testing.T, p *corev1.Pod) {
+			sc := p.Spec.Containers[0].SecurityContext
+			assert.Equal(t, int64(1000), *sc.RunAsUser)
+			assert.Equal(t, int64(2000), *sc.RunAsGroup)
+		}},
+		{name: "User name", spec: func(s *driver.Spec) { s.User = "nobody" }, err: driver.ErrNotSupported},
+		{name: "User group name", spec: func(s *driver.Spec) { s.User = "1:wheel" }, err: driver.ErrNotSupported},
+		{name: "Network none refused", spec: func(s *driver.Spec) { s.Network = "none" }, err: driver.ErrNotSupported},
+		{name: "Network none with a policy", spec: func(s *driver.Spec) { s.Network = "none" }, opts: func(o *Options) { o.DenyAll = true },
+			check: func(t *testing.T, p *corev1.Pod) { assert.False(t, p.Spec.HostNetwork) }},
+		{name: "Network host", spec: func(s *driver.Spec) { s.Network = "host" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.True(t, p.Spec.HostNetwork)
+		}},
+		{name: "Network bridge", spec: func(s *driver.Spec) { s.Network = "bridge" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.False(t, p.Spec.HostNetwork)
+		}},
+		{name: "Network other", spec: func(s *driver.Spec) { s.Network = "slirp4netns" }, err: driver.ErrNotSupported},
+		{name: "Network container", spec: func(s *driver.Spec) { s.Network = "container:x" }, err: driver.ErrNotSupported},
+		{name: "Memory", spec: func(s *driver.Spec) { s.Memory = 64 << 20 }, check: func(t *testing.T, p *corev1.Pod) {
+			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+				q := c.Resources.Limits[corev1.ResourceMemory]
+				assert.Equal(t, int64(64<<20), q.Value())
+				assert.NotContains(t, c.Resources.Limits, corev1.ResourceCPU)
+			}
+		}},
+		{name: "CPUs", spec: func(s *driver.Spec) { s.CPUs = 1.5 }, check: func(t *testing.T, p *corev1.Pod) {
+			q := p.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]
+			assert.Equal(t, int64(1500), q.MilliValue())
+			assert.NotContains(t, p.Spec.Containers[0].Resources.Limits, corev1.ResourceMemory)
+		}},
+		{name: "CPUs below a thousandth", spec: func(s *driver.Spec) { s.CPUs = 0.0001 }, err: driver.ErrInvalidConfig},
+		{name: "no limits", check: func(t *testing.T, p *corev1.Pod) { assert.Empty(t, p.Spec.Containers[0].Resources.Limits) }},
+		{name: "ReadOnlyRootfs", spec: func(s *driver.Spec) { s.ReadOnlyRootfs = true }, check: func(t *testing.T, p *corev1.Pod) {
+			c := p.Spec.Containers[0]
+			assert.True(t, *c.SecurityContext.ReadOnlyRootFilesystem)
+			var dirs []string
+			for _, m := range c.VolumeMounts {
+				dirs = append(dirs, m.MountPath)
+			}
+			assert.Subset(t, dirs, []string{"/tmp", "/var/tmp", "/run"})
+		}},
+		{name: "ReadOnlyRootfs off", check: func(t *testing.T, p *corev1.Pod) {
+			assert.False(t, *p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem)
+		}},
+		{name: "Mounts", spec: func(s *driver.Spec) { s.Mounts = []driver.Mount{{Source: "/src", Target: "/dst"}} }, err: driver.ErrNotSupported},
+		{name: "RuntimeClass", opts: func(o *Options) { o.RuntimeClass = "gvisor" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Equal(t, "gvisor", *p.Spec.RuntimeClassName)
+		}},
+		{name: "Arch", opts: func(o *Options) { o.Arch = "arm64" }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Equal(t, map[string]string{corev1.LabelArchStable: "arm64"}, p.Spec.NodeSelector)
+		}},
+		{name: "no Lifetime", opts: func(o *Options) { o.Lifetime = 0 }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.Nil(t, p.Spec.ActiveDeadlineSeconds)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, o := baseSpec(), baseOpts
+			if c.spec != nil {
+				c.spec(&spec)
+			}
+			if c.opts != nil {
+				c.opts(&o)
+			}
+			p, err := pod(spec, o)
+			if c.err != nil {
+				require.Error(t, err)
+				assert.True(t, errors.Is(err, c.err), "%v is not %v", err, c.err)
+				assert.Equal(t, err, Check(spec, o))
+				return
+			}
+			require.NoError(t, err)
+			c.check(t, p)
+		})
+	}
+}
+
+func TestDenyAll(t *testing.T) {
+	np := denyAll("ns", labelSandbox, "k", map[string]string{"io.podvm.managed": "true"})
+	assert.Equal(t, map[string]string{labelSandbox: "k"}, np.Spec.PodSelector.MatchLabels)
+	assert.Len(t, np.Spec.PolicyTypes, 2)
+	assert.Empty(t, np.Spec.Ingress)
+	assert.Empty(t, np.Spec.Egress)
+	assert.Equal(t, "true", np.Labels["io.podvm.managed"])
+}
+
+// The exec path's stderr: execScript's line is taken out, anything else
+// passes unchanged, however it is split.
+func TestMarkFilter(t *testing.T) {
+	const mark = "podvm-exec-0123:"
+	for _, c := range []struct {
+		writes []string
+		out    string
+		why    string
+	}{
+		{writes: []string{mark + " notfound\n"}, why: "notfound"},
+		{writes: []string{"podvm", "-exec-0123: d", "ir\n"}, why: "dir"},
+		{writes: []string{"hello\n"}, out: "hello\n"},
+		{writes: []string{"pod", "x"}, out: "podx"},
+		{writes: []string{mark + " perm\nmore"}, out: mark + " perm\nmore"},
+		{writes: []string{mark}, out: mark},
+		{writes: nil},
+	} {
+		var b stringsBuilder
+		f := &markFilter{mark: mark, w: &b}
+		for _, w := range c.writes {
+			_, _ = f.Write([]byte(w))
+		}
+		f.flush()
+		assert.Equal(t, c.out, b.String(), "%q", c.writes)
+		assert.Equal(t, c.why, f.matched(), "%q", c.writes)
+	}
+}
+
+type stringsBuilder struct{ b []byte }
+
+func (s *stringsBuilder) Write(p []byte) (int, error) { s.b = append(s.b, p...); return len(p), nil }
+func (s *stringsBuilder) String() string              { return string(s.b) }
