@@ -1,0 +1,262 @@
+// Package kube runs podvm's sandboxes on Kubernetes: one Pod per sandbox,
+// the same [vm.VM] contract as the Podman backends, the same agent as
+// PID 1. Importing it registers [vm.BackendKube] for [vm.New], [vm.Reap]
+// and [vm.NewPool]'s default constructor; it is a package of its own so
+// that client-go is linked only into programs that use it.
+//
+// The cluster is found as kubectl finds it: $KUBECONFIG, else
+// ~/.kube/config, else the in-cluster service account; the namespace is
+// the context's unless [WithNamespace] names one. No registry is needed
+// for podvm itself: the agent reaches the pod through an init container
+// of the sandbox's own image (which must have /bin/sh and tar; busybox
+// will do), attached to and fed the agent's tar stream.
+//
+// # What a Config becomes
+//
+//   - Image: both containers' image; Pull: imagePullPolicy (PullMissing
+//     IfNotPresent, PullNever Never, PullAlways Always). ImageArchive is
+//     refused: an archive cannot reach the nodes through the API server.
+//   - Memory, CPUs: the containers' limits (requests default to them).
+//   - Pids: refused when set: Kubernetes limits processes per node
+//     (kubelet's podPidsLimit), not per pod. Zero, podvm's default of
+//     [vm.DefaultPids], is then the node's limit, whatever it is.
+//   - Mounts: refused: a hostPath is a directory of whichever node the pod
+//     lands on, not of the caller. Use CopyIn.
+//   - User: runAsUser and runAsGroup; numeric only ("uid" or "uid:gid").
+//   - ReadOnlyRootfs: readOnlyRootFilesystem, with memory-backed emptyDirs
+//     on /tmp, /var/tmp and /run, as Podman's --read-only.
+//   - Network: "none" (the default) is the pod network behind a deny-all
+//     NetworkPolicy (no ingress, no egress), which only a network plugin
+//     that enforces policies honours: Create refuses it unless the caller
+//     says the cluster enforces them ([WithNetworkPolicy]) or accepts in
+//     writing that it may not ([WithUnenforcedNetworkPolicy]). "pod" or
+//     "bridge" is the pod network, "host" the node's; others are refused.
+//   - Name: the pod's name (a DNS subdomain), else one generated from
+//     "podvm-". Labels: the pod's, with podvm's own; both must be valid
+//     Kubernetes labels. Env, Workdir: the container's.
+//   - Always: capabilities dropped but [vm.DefaultCapabilities],
+//     allowPrivilegeEscalation false, the runtime's default seccomp
+//     profile, no service account token, no service links,
+//     restartPolicy Never, and activeDeadlineSeconds ([WithLifetime]).
+//
+// Refusals match [vm.ErrNotSupported] (or [vm.ErrInvalidConfig]) and are
+// made before anything is sent to the cluster.
+//
+// # Nothing outlives its owner for long
+//
+// The agent's stdin is the attach the VM holds (stdinOnce): when the
+// process that made the sandbox dies, its connection ends, the agent
+// sees its stdin close, kills everything and exits, and the pod ends
+// (the exec path's cat does the same). The pod object is left, ended,
+// for [vm.Reap] (owner labels: host and pid; or by age); and whatever
+// happens to connections, the kubelet kills a pod older than its
+// activeDeadlineSeconds, [DefaultLifetime] unless [WithLifetime] says.
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/podvm/podvm/internal/driver"
+	ikube "github.com/podvm/podvm/internal/kube"
+	"github.com/podvm/podvm/vm"
+)
+
+// DefaultLifetime is how long a pod may run unless [WithLifetime] says:
+// its activeDeadlineSeconds.
+const DefaultLifetime = 24 * time.Hour
+
+// Option configures [New] and [Backend].
+type Option func(*options)
+
+type options struct {
+	kubeconfig, context, namespace, runtimeClass string
+	lifetime                                     time.Duration
+	policy                                       policyMode
+}
+
+type policyMode int
+
+const (
+	policyRefuse     policyMode = iota // Network "none" is refused
+	policyEnforced                     // the caller says policies are enforced
+	policyUnenforced                   // the caller accepts they may not be
+)
+
+// WithKubeconfig reads the cluster's configuration from the file path
+// instead of $KUBECONFIG or ~/.kube/config.
+func WithKubeconfig(path string) Option { return func(o *options) { o.kubeconfig = path } }
+
+// WithContext uses the kubeconfig's context name instead of its current
+// one.
+func WithContext(name string) Option { return func(o *options) { o.context = name } }
+
+// WithNamespace makes the pods in namespace instead of the context's.
+func WithNamespace(namespace string) Option { return func(o *options) { o.namespace = namespace } }
+
+// WithRuntimeClass runs the pods under RuntimeClass name (gVisor's,
+// Kata's: a stronger boundary than runc's namespaces).
+func WithRuntimeClass(name string) Option { return func(o *options) { o.runtimeClass = name } }
+
+// WithLifetime sets the pods' activeDeadlineSeconds (default
+// [DefaultLifetime]): the kubelet kills a pod that has run longer, used or
+// not, so the pods of a caller that crashed die without anyone calling
+// Reap. Kubernetes can shorten a deadline but never extend it.
+func WithLifetime(d time.Duration) Option { return func(o *options) { o.lifetime = d } }
+
+// WithNetworkPolicy declares that the cluster's network plugin enforces
+// NetworkPolicy: Network "none" becomes a deny-all policy on the pod, and
+// means no traffic in or out.
+func WithNetworkPolicy() Option { return func(o *options) { o.policy = policyEnforced } }
+
+// WithUnenforcedNetworkPolicy accepts, in writing, that Network "none"
+// may not hold: the pod gets its deny-all policy, but on a cluster whose
+// network plugin does not enforce policies (the plain CNI bridge, say)
+// it still reaches the pod network and whatever that reaches.
+func WithUnenforcedNetworkPolicy() Option { return func(o *options) { o.policy = policyUnenforced } }
+
+func newOptions(opts []Option) options {
+	o := options{lifetime: DefaultLifetime}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func init() { driver.Register(string(vm.BackendKube), opener(options{lifetime: DefaultLifetime})) }
+
+// New returns a VM for cfg, not yet created, as a Pod on the cluster the
+// options (or kubectl's defaults) name. It fails with an error matching
+// [vm.ErrInvalidConfig] or [vm.ErrNotSupported] for a config the backend
+// cannot honour (see the package's documentation), before any request,
+// and with [vm.ErrUnavailable] when there is no cluster configuration.
+// It makes no request itself: an unreachable API server shows in Create.
+func New(ctx context.Context, cfg vm.Config, opts ...Option) (vm.VM, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d, err := opener(newOptions(opts))(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	v, err := driver.NewSandbox(d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return v.(vm.VM), nil
+}
+
+var backends sync.Map // options → the name registered for them
+
+// Backend returns the name of the Kubernetes backend the options
+// describe, registered for [vm.WithBackend]: [vm.New] then makes its
+// sandboxes there and [vm.Reap] reaps there. Backend() with no option is
+// [vm.BackendKube].
+func Backend(opts ...Option) vm.Backend {
+	o := newOptions(opts)
+	if name, ok := backends.Load(o); ok {
+		return name.(vm.Backend)
+	}
+	if o == (options{lifetime: DefaultLifetime}) {
+		return vm.BackendKube
+	}
+	name := vm.Backend(fmt.Sprintf("kube:%q:%q:%q:%q:%v:%d", o.kubeconfig, o.context, o.namespace, o.runtimeClass, o.lifetime, o.policy))
+	if prev, loaded := backends.LoadOrStore(o, name); loaded {
+		return prev.(vm.Backend)
+	}
+	driver.Register(string(name), opener(o))
+	return name
+}
+
+// opener is the driver.Opener of the options: it refuses a config the
+// options cannot honour, then connects.
+func opener(o options) driver.Opener {
+	return func(ctx context.Context, cfg any) (driver.Driver, error) {
+		io := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse}
+		if cfg != nil {
+			c, ok := cfg.(vm.Config)
+			if !ok {
+				return nil, fmt.Errorf("%w: %T is not a vm.Config", vm.ErrInvalidConfig, cfg)
+			}
+			var err error
+			if io.PullPolicy, err = check(c, io); err != nil {
+				return nil, err
+			}
+		}
+		if o.lifetime <= 0 {
+			return nil, fmt.Errorf("%w: kube: lifetime %v: want a positive duration", vm.ErrInvalidConfig, o.lifetime)
+		}
+		cl, ns, err := connect(o)
+		if err != nil {
+			return nil, err
+		}
+		io.Namespace = ns
+		return ikube.New(cl, io), nil
+	}
+}
+
+// check refuses what the backend cannot honour in c, and returns its
+// pull policy.
+func check(c vm.Config, o ikube.Options) (corev1.PullPolicy, error) {
+	switch {
+	case c.Pids != 0:
+		return "", fmt.Errorf("%w: kube: pids %d: Kubernetes limits processes per node (the kubelet's podPidsLimit), not per pod; leave Pids zero to accept the node's limit", vm.ErrNotSupported, c.Pids)
+	case c.ImageArchive != "":
+		return "", fmt.Errorf("%w: kube: an image archive cannot be loaded into the nodes through the API server; import it into the nodes' runtime or push it to a registry they pull from", vm.ErrNotSupported)
+	}
+	spec := driver.Spec{Name: c.Name, Image: c.Image, Labels: c.Labels, User: c.User, Network: c.Network,
+		Memory: c.Memory, CPUs: c.CPUs, ReadOnlyRootfs: c.ReadOnlyRootfs}
+	if spec.Network == "" {
+		spec.Network = vm.DefaultNetwork
+	}
+	for _, m := range c.Mounts {
+		spec.Mounts = append(spec.Mounts, driver.Mount(m))
+	}
+	if err := ikube.Check(spec, o); err != nil {
+		return "", err
+	}
+	switch c.Pull {
+	case vm.PullNever:
+		return corev1.PullNever, nil
+	case vm.PullAlways:
+		return corev1.PullAlways, nil
+	}
+	return corev1.PullIfNotPresent, nil
+}
+
+type clientKey struct{ kubeconfig, context string }
+
+type client struct {
+	c  *ikube.Client
+	ns string
+}
+
+var clients sync.Map // clientKey → client
+
+// connect returns the client of o's cluster, made once per process and
+// configuration: client-go's connections are shared by every sandbox.
+func connect(o options) (*ikube.Client, string, error) {
+	k := clientKey{o.kubeconfig, o.context}
+	if c, ok := clients.Load(k); ok {
+		cl := c.(client)
+		return cl.c, namespace(o, cl.ns), nil
+	}
+	c, ns, err := ikube.Connect(o.kubeconfig, o.context, "")
+	if err != nil {
+		return nil, "", err
+	}
+	actual, _ := clients.LoadOrStore(k, client{c, ns})
+	cl := actual.(client)
+	return cl.c, namespace(o, cl.ns), nil
+}
+
+func namespace(o options, dflt string) string {
+	if o.namespace != "" {
+		return o.namespace
+	}
+	return dflt
+}
