@@ -19,8 +19,10 @@
 // # Reading the code
 //
 // The contract is written once, in one unexported type over a small
-// driver interface that only talks Podman (internal/podman: the Driver in
-// driver.go, api.go over the socket, cli.go through the podman command).
+// driver interface (internal/driver) that only talks to an engine:
+// internal/podman's api.go over the socket and cli.go through the podman
+// command, and internal/kube's Pod per sandbox, which vm/kube registers
+// (internal/driver/engine.go) so that vm never links client-go.
 // The lifecycle is in lifecycle.go, a Run in run.go (through the agent:
 // agent.go; the agent's binary reaches the sandbox by
 // internal/agent/install.go, and its channel is a socket of this machine

@@ -1,0 +1,280 @@
+package kube_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	osexec "os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+	"github.com/podvm/podvm/vm/kube"
+	"github.com/podvm/podvm/vm/vmtest"
+)
+
+// The integration tests run on the cluster $KUBECONFIG names, with the
+// image $PODVM_KUBE_IMAGE present on its nodes (a busybox: sh, tar, cat),
+// in $PODVM_KUBE_NAMESPACE (default: the context's). Without them they
+// skip, and fail under CI=true or PODVM_REQUIRE_KUBE=1, so CI never
+// passes by skipping.
+
+// env is the cluster the tests use.
+type env struct {
+	kubeconfig, image, namespace string
+	cs                           kubernetes.Interface
+}
+
+// runLabel marks every pod this test process makes, for the leak check.
+const runLabel = "io.podvm.test-run"
+
+var runID = func() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}()
+
+func required() bool { return os.Getenv("CI") == "true" || os.Getenv("PODVM_REQUIRE_KUBE") == "1" }
+
+// lookup returns the configured cluster, or why there is none.
+func lookup() (env, string) {
+	e := env{kubeconfig: os.Getenv("KUBECONFIG"), image: os.Getenv("PODVM_KUBE_IMAGE"), namespace: os.Getenv("PODVM_KUBE_NAMESPACE")}
+	if e.kubeconfig == "" || e.image == "" {
+		return e, "integration test needs a Kubernetes cluster: set KUBECONFIG and PODVM_KUBE_IMAGE (and PODVM_KUBE_NAMESPACE)"
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
+	if err != nil {
+		return e, err.Error()
+	}
+	if e.cs, err = kubernetes.NewForConfig(rc); err != nil {
+		return e, err.Error()
+	}
+	if e.namespace == "" {
+		e.namespace = "default"
+	}
+	return e, ""
+}
+
+func need(t testing.TB) env {
+	t.Helper()
+	e, why := lookup()
+	if why != "" {
+		if required() {
+			t.Fatal(why + "; failing because CI=true or PODVM_REQUIRE_KUBE=1")
+		}
+		t.Skip(why)
+	}
+	return e
+}
+
+// TestMain also checks, after the tests, that no pod they made is left,
+// and serves as the crashing owner of TestOwnerDies.
+func TestMain(m *testing.M) {
+	if os.Getenv("PODVM_KUBE_OWNER") == "1" {
+		os.Exit(owner())
+	}
+	code := m.Run()
+	if e, why := lookup(); why == "" && code == 0 {
+		code = checkNoLeak(e)
+	}
+	os.Exit(code)
+}
+
+func checkNoLeak(e env) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		list, err := e.cs.CoreV1().Pods(e.namespace).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + runID})
+		if err == nil && len(list.Items) == 0 {
+			return 0
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintf(os.Stderr, "leak: pods of this run are left in %s: %v %v\n", e.namespace, names(list), err)
+			return 1
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func names(l *corev1.PodList) []string {
+	if l == nil {
+		return nil
+	}
+	var n []string
+	for _, p := range l.Items {
+		n = append(n, p.Name+"("+string(p.Status.Phase)+")")
+	}
+	return n
+}
+
+// options are the backend's options on e: the test cluster's CNI bridge
+// enforces no NetworkPolicy, which the tests accept in writing.
+func (e env) options() []kube.Option {
+	return []kube.Option{kube.WithKubeconfig(e.kubeconfig), kube.WithNamespace(e.namespace), kube.WithUnenforcedNetworkPolicy(), kube.WithLifetime(time.Hour)}
+}
+
+// config completes cfg for the test cluster: its image, never pulled,
+// and the run's label.
+func (e env) config(cfg vm.Config) vm.Config {
+	if cfg.Image == "" {
+		cfg.Image = e.image
+	}
+	if cfg.Pull == "" {
+		cfg.Pull = vm.PullNever
+	}
+	cfg.Labels = maps.Clone(cfg.Labels)
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	cfg.Labels[runLabel] = runID
+	return cfg
+}
+
+// harness is the conformance suite's view of the kube backend.
+type harness struct {
+	e    env
+	exec bool // Config.PodmanExec: the exec API instead of the agent
+}
+
+func (h harness) NewVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
+	cfg = h.e.config(cfg)
+	cfg.PodmanExec = h.exec
+	return kube.New(context.Background(), cfg, h.e.options()...)
+}
+
+func (h harness) NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
+	cfg = h.e.config(cfg)
+	cfg.PodmanExec = h.exec
+	return kube.New(context.Background(), cfg, kube.WithKubeconfig(fakeKubeconfig(t)), kube.WithUnenforcedNetworkPolicy())
+}
+
+func (h harness) RemoveContainer(ctx context.Context, id string) error {
+	return h.e.cs.CoreV1().Pods(h.e.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+}
+
+func (h harness) Containers(ctx context.Context, label string) ([]vmtest.Container, error) {
+	list, err := h.e.cs.CoreV1().Pods(h.e.namespace).List(ctx, metav1.ListOptions{LabelSelector: label})
+	if err != nil {
+		return nil, err
+	}
+	var out []vmtest.Container
+	for _, p := range list.Items {
+		out = append(out, vmtest.Container{ID: p.Name, Name: p.Name, Labels: p.Labels})
+	}
+	return out, nil
+}
+
+func (h harness) Tracked() bool { return !h.exec }
+
+// The conformance suite on Kubernetes: through the agent, and through the
+// exec API.
+func TestConformance(t *testing.T)     { vmtest.Run(t, harness{e: need(t)}) }
+func TestConformanceExec(t *testing.T) { vmtest.Run(t, harness{e: need(t), exec: true}) }
+
+// A first, plain check: create, run, copy, remove, with the agent.
+func TestRoundTrip(t *testing.T) {
+	e := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, viaExec := range []bool{false, true} {
+		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
+			cfg := e.config(vm.Config{Env: []string{"GREETING=hi"}, Workdir: "/tmp", PodmanExec: viaExec})
+			v, err := kube.New(ctx, cfg, e.options()...)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, v.Remove(context.Background())) }()
+			start := time.Now()
+			require.NoError(t, v.Create(ctx))
+			t.Logf("created %s in %v", v.ID(), time.Since(start))
+			res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", `echo "$GREETING $(pwd)"; echo oops >&2; exit 3`}})
+			require.NoError(t, err)
+			assert.Equal(t, "hi /tmp\n", res.Stdout)
+			assert.Equal(t, "oops\n", res.Stderr)
+			assert.Equal(t, 3, res.ExitCode)
+			_, err = v.Run(ctx, exec.Command{Name: "no-such-command"})
+			assert.ErrorIs(t, err, exec.ErrNotFound)
+			start = time.Now()
+			for range 10 {
+				_, err = v.Run(ctx, exec.Command{Name: "true"})
+				require.NoError(t, err)
+			}
+			t.Logf("a Run's round trip: %v", time.Since(start)/10)
+		})
+	}
+}
+
+// owner is the test binary as a process that makes a sandbox, prints its
+// ID and waits to be killed.
+func owner() int {
+	e, why := lookup()
+	if why != "" {
+		fmt.Println("error:", why)
+		return 1
+	}
+	cfg := e.config(vm.Config{PodmanExec: os.Getenv("PODVM_KUBE_OWNER_EXEC") == "1"})
+	ctx := context.Background()
+	v, err := kube.New(ctx, cfg, e.options()...)
+	if err == nil {
+		err = v.Create(ctx)
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("id:", v.ID())
+	select {}
+}
+
+// A pod whose owner dies without Remove ends by itself (its PID 1's
+// stdin, the owner's attach, closes), and Reap removes it.
+func TestOwnerDies(t *testing.T) {
+	e := need(t)
+	for _, viaExec := range []bool{false, true} {
+		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
+			cmd := osexec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "PODVM_KUBE_OWNER=1")
+			if viaExec {
+				cmd.Env = append(cmd.Env, "PODVM_KUBE_OWNER_EXEC=1")
+			}
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			line, _ := bufio.NewReader(out).ReadString('\n')
+			id, ok := strings.CutPrefix(strings.TrimSpace(line), "id: ")
+			require.True(t, ok, "the owner said %q", line)
+			pods := e.cs.CoreV1().Pods(e.namespace)
+			t.Cleanup(func() { _ = pods.Delete(context.Background(), id, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}) })
+			require.NoError(t, cmd.Process.Kill())
+			_ = cmd.Wait()
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var phase corev1.PodPhase
+			for ctx.Err() == nil {
+				p, err := pods.Get(ctx, id, metav1.GetOptions{})
+				require.NoError(t, err)
+				if phase = p.Status.Phase; phase == corev1.PodSucceeded || phase == corev1.PodFailed {
+					break
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			assert.Contains(t, []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}, phase, "the pod of a dead owner still runs")
+
+			removed, err := vm.Reap(ctx, 0, vm.WithBackend(kube.Backend(e.options()...)), vm.WithLabel(runLabel, runID))
+			require.NoError(t, err)
+			assert.Contains(t, removed, id)
+		})
+	}
+}
