@@ -219,8 +219,8 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 		return id, err
 	}
 	pr, pw := io.Pipe()
-	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true, Stderr: true},
-		remotecommand.StreamOptions{Stdin: pr, Stdout: io.Discard, Stderr: io.Discard})
+	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
+		remotecommand.StreamOptions{Stdin: pr, Stdout: io.Discard})
 	if err != nil {
 		return id, err
 	}
@@ -276,9 +276,11 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	stderr := capture.New(4 << 10)
-	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true, Stderr: true},
-		remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: stderr})
+	// Not stderr: the agent puts /dev/null on its fd 2 as it starts, and
+	// containerd ends an attach whose stderr reached its end, closing the
+	// container's stdin with it (stdinOnce), and so the agent.
+	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
+		remotecommand.StreamOptions{Stdin: inR, Stdout: outW})
 	if err != nil {
 		return nil, err
 	}
@@ -288,8 +290,6 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 		why := s.err
 		if why == nil {
 			why = io.EOF
-		} else if msg := bytes.TrimSpace([]byte(stderr.String())); len(msg) > 0 {
-			why = fmt.Errorf("%w (the agent's stderr: %s)", why, msg)
 		}
 		outW.CloseWithError(why)
 	}()
