@@ -32,16 +32,18 @@ import (
 //
 //	sh -c execScript podvm-exec MARK DIR N KEY=VALUE... ARGV...
 //
-// It exports the N entries (the container's environment is the base),
-// changes to DIR when it is not empty, finds ARGV[0] as execve would
+// It changes to DIR when it is not empty, takes out the variables sh
+// itself exports (SHLVL, PWD, OLDPWD), exports the N entries (the
+// container's environment is the base), finds ARGV[0] as execve would
 // (a path as it is, else in $PATH), and execs it. When it cannot, it
 // prints MARK and a word (env, dir, notfound, perm) on stderr, alone, and
 // exits: MARK is random per run, so no command's own output is taken for
 // it. It is POSIX sh: busybox's ash, dash, bash.
 const execScript = `m=$1 d=$2 n=$3; shift 3
 no() { printf '%s %s\n' "$m" "$1" >&2; exit 127; }
-while [ "$n" -gt 0 ]; do export "$1" 2>/dev/null || no env; shift; n=$((n-1)); done
 if [ -n "$d" ]; then cd "$d" 2>/dev/null || no dir; fi
+unset SHLVL PWD OLDPWD
+while [ "$n" -gt 0 ]; do export "$1" 2>/dev/null || no env; shift; n=$((n-1)); done
 case $1 in
 */*) f=$1 ;;
 *) f=; set -f; o=$IFS; IFS=:

@@ -38,8 +38,10 @@ const (
 // on stdin, which [Driver.Attach] writes once attached. The agent speaks
 // first, and Kubernetes can only attach to a container that runs: without
 // the gate its handshake would be written before anyone listens, and lost.
-// It needs /bin/sh in the image (as the install container needs tar).
-const gate = `read -r _ && exec "$0" "$@"`
+// It needs /bin/sh in the image (as the install container needs tar), and
+// takes out the variables sh itself exports (SHLVL, PWD): the agent's
+// environment, every command's base, is the container's.
+const gate = `read -r _ && unset SHLVL PWD OLDPWD && exec "$0" "$@"`
 
 // Options are what the driver adds to a Spec: where and how its pods run.
 type Options struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -120,10 +121,19 @@ func names(l *corev1.PodList) []string {
 	return n
 }
 
-// options are the backend's options on e: the test cluster's CNI bridge
-// enforces no NetworkPolicy, which the tests accept in writing.
+// enforced reports whether the cluster's network plugin enforces
+// NetworkPolicy, as $PODVM_KUBE_NETWORKPOLICY says (the scripts that
+// bring the cluster up know: the CNI bridge does not).
+func enforced() bool { return os.Getenv("PODVM_KUBE_NETWORKPOLICY") == "enforced" }
+
+// options are the backend's options on e. Where policies are not
+// enforced the tests accept it in writing.
 func (e env) options() []kube.Option {
-	return []kube.Option{kube.WithKubeconfig(e.kubeconfig), kube.WithNamespace(e.namespace), kube.WithUnenforcedNetworkPolicy(), kube.WithLifetime(time.Hour)}
+	policy := kube.WithUnenforcedNetworkPolicy()
+	if enforced() {
+		policy = kube.WithNetworkPolicy()
+	}
+	return []kube.Option{kube.WithKubeconfig(e.kubeconfig), kube.WithNamespace(e.namespace), policy, kube.WithLifetime(time.Hour)}
 }
 
 // config completes cfg for the test cluster: its image, never pulled,
@@ -161,8 +171,34 @@ func (h harness) NewUnreachableVM(t *testing.T, cfg vm.Config) (vm.VM, error) {
 	return kube.New(context.Background(), cfg, kube.WithKubeconfig(fakeKubeconfig(t)), kube.WithUnenforcedNetworkPolicy())
 }
 
+// RemoveContainer deletes the pod as kubectl does, and waits until it is
+// gone: then the kubelet has killed its containers (a forced deletion
+// removes the object at once and leaves them running a moment longer).
 func (h harness) RemoveContainer(ctx context.Context, id string) error {
-	return h.e.cs.CoreV1().Pods(h.e.namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	pods := h.e.cs.CoreV1().Pods(h.e.namespace)
+	grace := int64(1)
+	if err := pods.Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		return err
+	}
+	for {
+		if _, err := pods.Get(ctx, id, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return nil
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Limits are the promises a pod cannot keep whatever podvm does.
+func (h harness) Limits() map[string]string {
+	l := map[string]string{
+		"hardening/defaults": "Kubernetes sets the pids limit per node (the pod's cgroup has the kubelet's podPidsLimit, the container's none), and a pod always has the pod network's interface; TestHardening checks the rest",
+	}
+	if !enforced() {
+		l["hardening/no-network"] = "the cluster's network plugin does not enforce NetworkPolicy (PODVM_KUBE_NETWORKPOLICY=" + os.Getenv("PODVM_KUBE_NETWORKPOLICY") + "), which the tests accepted with WithUnenforcedNetworkPolicy"
+	}
+	return l
 }
 
 func (h harness) Containers(ctx context.Context, label string) ([]vmtest.Container, error) {
@@ -275,6 +311,28 @@ func TestOwnerDies(t *testing.T) {
 			removed, err := vm.Reap(ctx, 0, vm.WithBackend(kube.Backend(e.options()...)), vm.WithLabel(runLabel, runID))
 			require.NoError(t, err)
 			assert.Contains(t, removed, id)
+		})
+	}
+}
+
+// What vmtest's hardening/defaults checks and a pod can keep: root with
+// vm.DefaultCapabilities only, no-new-privileges, and no service account
+// token; the pod's pids limit is the kubelet's.
+func TestHardening(t *testing.T) {
+	e := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, viaExec := range []bool{false, true} {
+		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
+			v, err := kube.New(ctx, e.config(vm.Config{PodmanExec: viaExec}), e.options()...)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, v.Remove(context.Background())) }()
+			require.NoError(t, v.Create(ctx))
+			res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", `id -u
+grep -E '^(NoNewPrivs|CapEff|Seccomp):' /proc/self/status | tr -s '\t ' ' '
+ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1 | head -1`}})
+			require.NoError(t, err)
+			assert.Equal(t, "0\nCapEff: 00000000000000fb\nNoNewPrivs: 1\nSeccomp: 2\nls: /var/run/secrets/kubernetes.io/serviceaccount: No such file or directory\n", res.Stdout)
 		})
 	}
 }

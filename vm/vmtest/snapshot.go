@@ -258,6 +258,7 @@ func snapshotLifecycle(h Harness) func(ctx context.Context, t *testing.T, v vm.V
 			t.Fatal(err)
 		}
 		_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: name})
+		skipIfNotSupported(t, err) // a backend with no snapshots at all
 		obs = append(obs, observeSnapshot("removed behind its back", err))
 		wantErr(t, "container removed behind the VM's back", err, vm.ErrNoSuchContainer)
 		err = vm.RemoveSnapshot(ctx, v, name)

@@ -47,6 +47,16 @@ type Harness interface {
 	Tracked() bool
 }
 
+// Limiter is implemented by a [Harness] whose backend cannot keep some
+// promises on the machine under test for a reason outside podvm (a
+// cluster whose network plugin enforces no NetworkPolicy, say): Limits
+// maps the names of those cases to the reason, and the suite skips them,
+// printing it. A limit that a backend could lift must be an error
+// matching [vm.ErrNotSupported] instead, from NewVM or Create.
+type Limiter interface {
+	Limits() map[string]string
+}
+
 // Container is a container as [Harness.Containers] lists it.
 type Container struct {
 	ID, Name string
@@ -206,6 +216,11 @@ func clip(s string) string {
 }
 
 func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
+	if l, ok := h.(Limiter); ok {
+		if why, limited := l.Limits()[c.Name]; limited {
+			t.Skipf("the backend cannot keep this promise here: %s", why)
+		}
+	}
 	deadline := c.Deadline
 	if deadline == 0 {
 		deadline = time.Minute
