@@ -218,9 +218,13 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	if err := d.waitRunning(ctx, id, Main); err != nil {
 		return id, err
 	}
+	// The lifeline: cat's stdin, held by this attach. A line written to
+	// it comes back once the attach is up; only then does the pod's end
+	// hang on this process's.
 	pr, pw := io.Pipe()
+	echo := &firstByte{seen: make(chan struct{})}
 	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
-		remotecommand.StreamOptions{Stdin: pr, Stdout: io.Discard})
+		remotecommand.StreamOptions{Stdin: pr, Stdout: echo})
 	if err != nil {
 		return id, err
 	}
@@ -228,7 +232,29 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	d.mu.Lock()
 	d.lines[id] = line
 	d.mu.Unlock()
-	return id, nil
+	go func() { _, _ = pw.Write([]byte("\n")) }()
+	select {
+	case <-echo.seen:
+		return id, nil
+	case <-line.done:
+		return id, fmt.Errorf("%w: kube: attaching to pod %s: %v", driver.ErrPodman, id, line.err)
+	case <-ctx.Done():
+		return id, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+	}
+}
+
+// firstByte closes seen at the first byte written to it, and drops them
+// all.
+type firstByte struct {
+	seen chan struct{}
+	once sync.Once
+}
+
+func (f *firstByte) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		f.once.Do(func() { close(f.seen) })
+	}
+	return len(p), nil
 }
 
 // CopyIn extracts the tar stream r into dir of pod id. Before the pod

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,7 +31,7 @@ import (
 
 // execScript sets up a command as Podman's exec would and execs it:
 //
-//	sh -c execScript podvm-exec MARK DIR N KEY=VALUE... ARGV...
+//	sh -c execScript podvm-exec MARK DIR N IN KEY=VALUE... ARGV...
 //
 // It changes to DIR when it is not empty, takes out the variables sh
 // itself exports (SHLVL, PWD, OLDPWD), exports the N entries (the
@@ -38,9 +39,14 @@ import (
 // (a path as it is, else in $PATH), and execs it. When it cannot, it
 // prints MARK and a word (env, dir, notfound, perm) on stderr, alone, and
 // exits: MARK is random per run, so no command's own output is taken for
-// it. It is POSIX sh: busybox's ash, dash, bash.
-const execScript = `m=$1 d=$2 n=$3; shift 3
-no() { printf '%s %s\n' "$m" "$1" >&2; exit 127; }
+// it. When IN is not empty the command has a stdin: once the command has
+// exited (or could not start) the script prints MARK and "exited" (or
+// why), and reads its stdin to the end, which the driver then gives it. containerd ends an exec session
+// only when the stdin it was given has been taken, so a command that
+// leaves its stdin unread would otherwise hang it, and a stdin that never
+// ends would hold it forever. It is POSIX sh: busybox's ash, dash, bash.
+const execScript = `m=$1 d=$2 n=$3 i=$4; shift 4
+no() { printf '%s %s\n' "$m" "$1" >&2; [ -n "$i" ] && cat >/dev/null 2>&1; exit 127; }
 if [ -n "$d" ]; then cd "$d" 2>/dev/null || no dir; fi
 unset SHLVL PWD OLDPWD
 while [ "$n" -gt 0 ]; do export "$1" 2>/dev/null || no env; shift; n=$((n-1)); done
@@ -53,7 +59,9 @@ case $1 in
 esac
 [ -e "$f" ] || no notfound
 [ -d "$f" ] || [ ! -x "$f" ] && no perm
-exec "$@"`
+[ -z "$i" ] && exec "$@"
+( exec "$@" ); s=$?
+printf '%s exited\n' "$m" >&2; cat >/dev/null 2>&1; exit $s`
 
 // Exec runs p in Main of pod id, as the container's user: the exec API
 // cannot run a command as another, so a p.User is refused unless it is
@@ -65,13 +73,29 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bo
 		return 0, false, fmt.Errorf("%w: kube: exec: no command", exec.ErrInvalidCommand)
 	}
 	mark := "podvm-exec-" + randomHex() + ":"
-	argv := append([]string{"/bin/sh", "-c", execScript, "podvm-exec", mark, p.Workdir, strconv.Itoa(len(p.Env))}, p.Env...)
+	in := ""
+	if p.Stdin != nil {
+		in = "in"
+	}
+	argv := append([]string{"/bin/sh", "-c", execScript, "podvm-exec", mark, p.Workdir, strconv.Itoa(len(p.Env)), in}, p.Env...)
 	argv = append(argv, p.Argv...)
-	stdout := &gated{w: orDiscard(p.Stdout)}
-	stderr := &gated{w: &markFilter{mark: mark, w: orDiscard(p.Stderr)}}
+	var stdin *io.PipeWriter
+	f := &markFilter{mark: mark, w: orDiscard(p.Stderr), line: func(string) {
+		if stdin != nil {
+			stdin.Close() // the command has exited, or never ran: the rest of its stdin is not wanted
+		}
+	}}
+	stdout, stderr := &gated{w: orDiscard(p.Stdout)}, &gated{w: f}
 	so := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
 	if p.Stdin != nil {
-		so.Stdin = p.Stdin
+		var r *io.PipeReader
+		r, stdin = io.Pipe()
+		so.Stdin = r
+		go func() {
+			_, err := io.Copy(stdin, p.Stdin)
+			stdin.CloseWithError(err)
+		}()
+		defer stdin.Close()
 	}
 	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: argv, Stdin: p.Stdin != nil, Stdout: true, Stderr: true})
 	if err != nil {
@@ -82,9 +106,8 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bo
 	// caller reads its writers now.
 	stdout.shut()
 	stderr.shut()
-	f := stderr.w.(*markFilter)
 	f.flush()
-	if why := f.matched(); why != "" {
+	if why := f.failed(); why != "" {
 		return 0, false, startError(p.Argv[0], p.Workdir, why)
 	}
 	var ce utilexec.CodeExitError
@@ -115,59 +138,76 @@ func startError(name, dir, why string) error {
 	return fmt.Errorf("%w: kube: %s could not start: %s", driver.ErrPodman, name, why)
 }
 
-// markFilter passes stderr to w unless it starts with mark: then it holds
-// it, for matched. It decides once it has len(mark) bytes, or at flush.
+// markFilter passes stderr to w but for execScript's lines, MARK and a
+// word: it takes them out, whatever the writes' boundaries, calls line
+// with the word of each, and keeps the word of one that says why the
+// command could not start (failed: any word but "exited"). It holds back
+// only what may be the start of such a line, until it knows.
 type markFilter struct {
 	mark string
 	w    io.Writer
-	head []byte // held while undecided, and the whole line when marked
-	done bool   // decided, and not marked
+	line func(word string)
+	held []byte
+	why  string
 	err  error
 }
 
 func (f *markFilter) Write(p []byte) (int, error) {
-	if f.done {
-		if f.err != nil {
-			return 0, f.err
+	if f.err != nil {
+		return 0, f.err
+	}
+	data := append(f.held, p...)
+	f.held = nil
+	for len(data) > 0 {
+		i := strings.Index(string(data), f.mark)
+		if i < 0 {
+			// Hold a tail that may be the mark's beginning.
+			k := min(len(data), len(f.mark)-1)
+			for ; k > 0 && !strings.HasPrefix(f.mark, string(data[len(data)-k:])); k-- {
+			}
+			f.pass(data[:len(data)-k])
+			f.held = append([]byte(nil), data[len(data)-k:]...)
+			break
 		}
-		return f.w.Write(p)
-	}
-	f.head = append(f.head, p...)
-	if len(f.head) < len(f.mark) {
-		if !strings.HasPrefix(f.mark, string(f.head)) {
-			f.flush()
+		f.pass(data[:i])
+		line := data[i+len(f.mark):]
+		j := strings.IndexByte(string(line), '\n')
+		if j < 0 {
+			if len(line) > 64 { // no word of execScript's is that long
+				f.pass(data[i : i+len(f.mark)])
+				data = line
+				continue
+			}
+			f.held = append([]byte(nil), data[i:]...)
+			break
 		}
-		return len(p), f.err
-	}
-	if !strings.HasPrefix(string(f.head), f.mark) {
-		f.flush()
-	}
-	if len(f.head) > 256 {
-		f.flush() // no line of execScript's is that long
+		word := strings.TrimPrefix(string(line[:j]), " ")
+		if word != "exited" {
+			f.why = word
+		}
+		if f.line != nil {
+			f.line(word)
+		}
+		data = line[j+1:]
 	}
 	return len(p), f.err
 }
 
-// flush passes on what is held unless it is execScript's line.
-func (f *markFilter) flush() {
-	if f.done || f.matched() != "" {
-		return
+func (f *markFilter) pass(b []byte) {
+	if len(b) > 0 && f.err == nil {
+		_, f.err = f.w.Write(b)
 	}
-	f.done = true
-	if len(f.head) > 0 {
-		_, f.err = f.w.Write(f.head)
-	}
-	f.head = nil
 }
 
-// matched returns the word of execScript's line, "" when there is none.
-func (f *markFilter) matched() string {
-	line, ok := strings.CutPrefix(string(f.head), f.mark+" ")
-	if f.done || !ok || !strings.HasSuffix(line, "\n") || strings.Count(line, "\n") != 1 {
-		return ""
-	}
-	return strings.TrimSuffix(line, "\n")
+// flush passes on what is held: the stream has ended.
+func (f *markFilter) flush() {
+	f.pass(f.held)
+	f.held = nil
 }
+
+// failed returns the word of execScript's line saying that the command
+// could not start, "" when there is none.
+func (f *markFilter) failed() string { return f.why }
 
 // gated drops writes once shut, and counts the bytes it passed.
 type gated struct {
@@ -202,16 +242,34 @@ func orDiscard(w io.Writer) io.Writer {
 
 // tarScript is the copies' exec: `sh -c tarScript podvm-tar MARK in DIR`
 // extracts stdin into DIR; `... MARK out PATH` archives PATH, named after
-// its base name. A DIR or PATH that is not there is MARK and "missing" on
-// stderr.
-const tarScript = `m=$1 op=$2 p=$3
-no() { printf '%s %s\n' "$m" "$1" >&2; exit 2; }
+// its base name, following PATH itself when it is a symlink (a link to a
+// directory is archived from inside, as "./…", which [renameDot] names
+// after PATH). DIR and PATH come as printf octal escapes (octal): any
+// byte reaches the script, where the exec API's argv, carried by gRPC
+// strings, takes UTF-8 only. One that is not there is MARK and
+// "missing" on stderr. Extraction reads stdin to its end, tar or not, so
+// the exec session ends (containerd waits for the stdin it was given to
+// be taken); the driver ends that stdin once MARK says the copy failed.
+const tarScript = `m=$1 op=$2 p=$(printf "$3"; echo x); p=${p%x}
+no() { printf '%s %s\n' "$m" "$1" >&2; [ "$op" = in ] && cat >/dev/null 2>&1; exit 2; }
 case $op in
-in) cd "$p" 2>/dev/null || no missing; exec tar -x -f - ;;
+in) cd "$p" 2>/dev/null || no missing; tar -x -f -; s=$?; cat >/dev/null; exit $s ;;
 out) [ -e "$p" ] || [ -L "$p" ] || no missing
-   case $p in /) cd / && exec tar -c -f - . ;; esac
-   cd "$(dirname "$p")" && exec tar -c -f - "$(basename "$p")" ;;
+   [ "$p" = / ] && { cd / && exec tar -c -f - .; }
+   [ -L "$p" ] && [ -d "$p" ] && { cd "$p" && exec tar -c -f - .; }
+   d=${p%/*}; cd "${d:-/}" || no missing
+   [ -L "$p" ] && exec tar -c -h -f - "${p##*/}"
+   exec tar -c -f - "${p##*/}" ;;
 esac`
+
+// octal spells s as printf's octal escapes.
+func octal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		fmt.Fprintf(&b, "\\%03o", s[i])
+	}
+	return b.String()
+}
 
 // tarIn is CopyIn after start: tar in an exec session.
 func (d *Driver) tarIn(ctx context.Context, id, dir string, r io.Reader) error {
@@ -219,31 +277,90 @@ func (d *Driver) tarIn(ctx context.Context, id, dir string, r io.Reader) error {
 }
 
 // CopyOut writes path of pod id to w as a tar stream, by tar in an exec
-// session: path is an argument, never a pattern. A symlink at path is
-// archived as the link.
+// session: path is an argument, never a pattern.
 func (d *Driver) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
-	return d.tar(ctx, id, "out", path.Clean(p), nil, w)
+	p = path.Clean(p)
+	if p == "/" {
+		return d.tar(ctx, id, "out", p, nil, w)
+	}
+	pr, pw := io.Pipe()
+	renamed := make(chan error, 1)
+	go func() {
+		err := renameDot(pr, w, path.Base(p))
+		pr.CloseWithError(err)
+		renamed <- err
+	}()
+	err := d.tar(ctx, id, "out", p, nil, pw)
+	pw.Close()
+	if rerr := <-renamed; rerr != nil && err == nil {
+		err = fmt.Errorf("vm: kube: copy out %s: %w", p, rerr)
+	}
+	return err
+}
+
+// renameDot copies the tar stream r to w, naming base what is named "."
+// in it ("./x" becomes "base/x").
+func renameDot(r io.Reader, w io.Writer, base string) error {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if h.Name == "." || h.Name == "./" {
+			h.Name = base + "/"
+		} else if rest, ok := strings.CutPrefix(h.Name, "./"); ok {
+			h.Name = base + "/" + rest
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
 }
 
 func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Writer) error {
 	mark := "podvm-tar-" + randomHex() + ":"
 	stderr := capture.New(4 << 10)
+	var stdin *io.PipeWriter
+	f := &markFilter{mark: mark, w: stderr, line: func(string) {
+		if stdin != nil {
+			stdin.Close() // the copy failed: the rest of the archive is not wanted
+		}
+	}}
 	out := &gated{w: orDiscard(w)}
-	so := remotecommand.StreamOptions{Stdin: r, Stdout: out, Stderr: stderr}
-	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: []string{"/bin/sh", "-c", tarScript, "podvm-tar", mark, op, p},
+	so := remotecommand.StreamOptions{Stdout: out, Stderr: &gated{w: f}}
+	if r != nil {
+		var pr *io.PipeReader
+		pr, stdin = io.Pipe()
+		so.Stdin = pr
+		go func() {
+			_, err := io.Copy(stdin, r)
+			stdin.CloseWithError(err)
+		}()
+		defer stdin.Close()
+	}
+	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: []string{"/bin/sh", "-c", tarScript, "podvm-tar", mark, op, octal(p)},
 		Stdin: r != nil, Stdout: true, Stderr: true})
 	if err != nil {
 		return err
 	}
 	err = ex.StreamWithContext(ctx, so)
 	out.shut()
+	f.flush()
 	msg := strings.TrimSpace(stderr.String())
 	var ce utilexec.CodeExitError
 	switch {
+	case f.failed() == "missing":
+		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, fs.ErrNotExist)
 	case err == nil:
 		return nil
-	case strings.HasPrefix(msg, mark+" missing"):
-		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, fs.ErrNotExist)
 	case errors.As(err, &ce):
 		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, ce.Code, msg)
 	case ctx.Err() != nil:

@@ -1,7 +1,10 @@
 package kube
 
 import (
+	"archive/tar"
+	"bytes"
 	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -195,31 +198,36 @@ func TestDenyAll(t *testing.T) {
 	assert.Equal(t, "true", np.Labels["io.podvm.managed"])
 }
 
-// The exec path's stderr: execScript's line is taken out, anything else
-// passes unchanged, however it is split.
+// The exec path's stderr: execScript's lines are taken out, anything
+// else passes unchanged, however it is split.
 func TestMarkFilter(t *testing.T) {
 	const mark = "podvm-exec-0123:"
 	for _, c := range []struct {
 		writes []string
 		out    string
 		why    string
+		exited bool
 	}{
 		{writes: []string{mark + " notfound\n"}, why: "notfound"},
 		{writes: []string{"podvm", "-exec-0123: d", "ir\n"}, why: "dir"},
 		{writes: []string{"hello\n"}, out: "hello\n"},
 		{writes: []string{"pod", "x"}, out: "podx"},
-		{writes: []string{mark + " perm\nmore"}, out: mark + " perm\nmore"},
+		{writes: []string{"err\n" + mark + " exited\n"}, out: "err\n", exited: true},
+		{writes: []string{"err\npodvm-ex", "ec-0123: exi", "ted\nlate"}, out: "err\nlate", exited: true},
 		{writes: []string{mark}, out: mark},
+		{writes: []string{"podvm-exec-99"}, out: "podvm-exec-99"},
 		{writes: nil},
 	} {
 		var b stringsBuilder
-		f := &markFilter{mark: mark, w: &b}
+		exited := false
+		f := &markFilter{mark: mark, w: &b, line: func(w string) { exited = exited || w == "exited" }}
 		for _, w := range c.writes {
 			_, _ = f.Write([]byte(w))
 		}
 		f.flush()
 		assert.Equal(t, c.out, b.String(), "%q", c.writes)
-		assert.Equal(t, c.why, f.matched(), "%q", c.writes)
+		assert.Equal(t, c.why, f.failed(), "%q", c.writes)
+		assert.Equal(t, c.exited, exited, "%q", c.writes)
 	}
 }
 
@@ -227,3 +235,31 @@ type stringsBuilder struct{ b []byte }
 
 func (s *stringsBuilder) Write(p []byte) (int, error) { s.b = append(s.b, p...); return len(p), nil }
 func (s *stringsBuilder) String() string              { return string(s.b) }
+
+func TestOctal(t *testing.T) {
+	assert.Equal(t, `\141\377\012\045`, octal("a\xff\n%"))
+}
+
+// A link to a directory is archived from inside it, "./x", and renamed
+// after the path asked for.
+func TestRenameDot(t *testing.T) {
+	var in, out bytes.Buffer
+	tw := tar.NewWriter(&in)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}))
+	for _, name := range []string{"./f", "./sub/g"} {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}))
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, renameDot(&in, &out, "dl"))
+	tr := tar.NewReader(&out)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		names = append(names, h.Name)
+	}
+	assert.Equal(t, []string{"dl/", "dl/f", "dl/sub/g"}, names)
+}

@@ -43,6 +43,9 @@ type env struct {
 const runLabel = "io.podvm.test-run"
 
 var runID = func() string {
+	if id := os.Getenv("PODVM_KUBE_RUN_ID"); id != "" {
+		return id // an owner of TestOwnerDies: the run that started it
+	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
@@ -195,6 +198,9 @@ func (h harness) Limits() map[string]string {
 	l := map[string]string{
 		"hardening/defaults": "Kubernetes sets the pids limit per node (the pod's cgroup has the kubelet's podPidsLimit, the container's none), and a pod always has the pod network's interface; TestHardening checks the rest",
 	}
+	if h.exec {
+		l["timeout/no-shell"] = "the exec API carries argv alone: the exec path sets a command's environment and directory through /bin/sh, which this case removes (the agent's path does without)"
+	}
 	if !enforced() {
 		l["hardening/no-network"] = "the cluster's network plugin does not enforce NetworkPolicy (PODVM_KUBE_NETWORKPOLICY=" + os.Getenv("PODVM_KUBE_NETWORKPOLICY") + "), which the tests accepted with WithUnenforcedNetworkPolicy"
 	}
@@ -280,7 +286,7 @@ func TestOwnerDies(t *testing.T) {
 	for _, viaExec := range []bool{false, true} {
 		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
 			cmd := osexec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "PODVM_KUBE_OWNER=1")
+			cmd.Env = append(os.Environ(), "PODVM_KUBE_OWNER=1", "PODVM_KUBE_RUN_ID="+runID)
 			if viaExec {
 				cmd.Env = append(cmd.Env, "PODVM_KUBE_OWNER_EXEC=1")
 			}
