@@ -297,7 +297,9 @@ func TestOwnerDies(t *testing.T) {
 			id, ok := strings.CutPrefix(strings.TrimSpace(line), "id: ")
 			require.True(t, ok, "the owner said %q", line)
 			pods := e.cs.CoreV1().Pods(e.namespace)
-			t.Cleanup(func() { _ = pods.Delete(context.Background(), id, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}) })
+			t.Cleanup(func() {
+				_ = pods.Delete(context.Background(), id, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			})
 			require.NoError(t, cmd.Process.Kill())
 			_ = cmd.Wait()
 
