@@ -344,3 +344,74 @@ ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1 | head -1`}})
 		})
 	}
 }
+
+// vm.Pool over the kube backend: warm pods are handed out at once, each
+// runs, and nothing is left once they are removed and the pool closed.
+func TestPool(t *testing.T) {
+	e := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	newVM := func(ctx context.Context, cfg vm.Config) (vm.VM, error) { return kube.New(ctx, cfg, e.options()...) }
+	p, err := vm.NewPool(e.config(vm.Config{}), newVM, vm.WithPoolSize(2))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, p.Close(context.Background())) }()
+	v, err := p.Get(ctx) // cold: waits for a create
+	require.NoError(t, err)
+	res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"pooled"}})
+	require.NoError(t, err)
+	assert.Equal(t, "pooled\n", res.Stdout)
+	require.NoError(t, v.Remove(ctx))
+	for p.Stats().Ready < 2 && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	start := time.Now()
+	w, err := p.Get(ctx) // warm
+	took := time.Since(start)
+	require.NoError(t, err)
+	t.Logf("a warm Get: %v", took)
+	assert.Less(t, took, 50*time.Millisecond, "a warm Get waited for a create")
+	res, err = w.Run(ctx, exec.Command{Name: "true"})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
+	require.NoError(t, w.Remove(ctx))
+}
+
+// Network "none" is a deny-all NetworkPolicy selecting the pod alone,
+// owned by it: gone with it.
+func TestNetworkPolicy(t *testing.T) {
+	e := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v, err := kube.New(ctx, e.config(vm.Config{}), e.options()...)
+	require.NoError(t, err)
+	require.NoError(t, v.Create(ctx))
+	pod, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, v.ID(), metav1.GetOptions{})
+	require.NoError(t, err)
+	policies, err := e.cs.NetworkingV1().NetworkPolicies(e.namespace).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + runID})
+	require.NoError(t, err)
+	var found int
+	for _, np := range policies.Items {
+		if len(np.OwnerReferences) == 1 && np.OwnerReferences[0].UID == pod.UID {
+			found++
+			assert.Len(t, np.Spec.PolicyTypes, 2)
+			assert.Empty(t, np.Spec.Ingress)
+			assert.Empty(t, np.Spec.Egress)
+			sel := np.Spec.PodSelector.MatchLabels
+			require.Len(t, sel, 1)
+			for k, val := range sel {
+				assert.Equal(t, val, pod.Labels[k], "the policy selects its pod")
+			}
+		}
+	}
+	assert.Equal(t, 1, found, "one deny-all policy owned by the pod")
+	require.NoError(t, v.Remove(ctx))
+	for ctx.Err() == nil {
+		policies, err = e.cs.NetworkingV1().NetworkPolicies(e.namespace).List(ctx, metav1.ListOptions{LabelSelector: runLabel + "=" + runID})
+		require.NoError(t, err)
+		if len(policies.Items) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Errorf("policies left after Remove: %d", len(policies.Items))
+}
