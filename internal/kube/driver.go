@@ -215,31 +215,38 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	if spec.Agent != "" {
 		return id, nil
 	}
-	if err := d.waitRunning(ctx, id, Main); err != nil {
-		return id, err
-	}
-	// The lifeline: cat's stdin, held by this attach. A line written to
-	// it comes back once the attach is up; only then does the pod's end
-	// hang on this process's.
+	return id, d.retry(ctx, id, "attaching to the sandbox", func() (bool, error) {
+		return true, d.lifeline(ctx, id)
+	})
+}
+
+// lifeline attaches to cat's stdin in Main of pod id, and keeps the
+// attach. A line written to it comes back once the attach is up; only
+// then does the pod's end hang on this process's.
+func (d *Driver) lifeline(ctx context.Context, id string) error {
 	pr, pw := io.Pipe()
 	echo := &firstByte{seen: make(chan struct{})}
 	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
 		remotecommand.StreamOptions{Stdin: pr, Stdout: echo})
 	if err != nil {
-		return id, err
+		return err
 	}
 	line.closers = append(line.closers, pw)
-	d.mu.Lock()
-	d.lines[id] = line
-	d.mu.Unlock()
 	go func() { _, _ = pw.Write([]byte("\n")) }()
 	select {
 	case <-echo.seen:
-		return id, nil
+		d.mu.Lock()
+		d.lines[id] = line
+		d.mu.Unlock()
+		return nil
 	case <-line.done:
-		return id, fmt.Errorf("%w: kube: attaching to pod %s: %v", driver.ErrPodman, id, line.err)
+		if line.err == nil {
+			return fmt.Errorf("%w: kube: pod %s: cat ended", driver.ErrContainerNotRunning, id)
+		}
+		return classify("attach to", id, line.err)
 	case <-ctx.Done():
-		return id, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+		line.Close()
+		return fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
 	}
 }
 
@@ -268,45 +275,91 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 	if !install {
 		return d.tarIn(ctx, id, dir, r)
 	}
-	if err := d.wait(ctx, id, func(p *corev1.Pod) (bool, error) {
-		if st := status(p.Status.InitContainerStatuses, Install); st != nil && st.State.Running != nil {
-			return true, nil
+	// Not waiting for the pod's status to say Install runs (the kubelet
+	// reports it a second or more after): attach, and again while the
+	// kubelet says the container is not there yet. An attempt may take
+	// some of the stream before it fails, so each gets it whole.
+	tarball, err := io.ReadAll(io.LimitReader(r, maxInstall+1))
+	switch {
+	case err != nil:
+		return fmt.Errorf("vm: kube: installing the agent: %w", err)
+	case len(tarball) > maxInstall:
+		return fmt.Errorf("%w: kube: installing the agent: over %d bytes", driver.ErrInvalidConfig, maxInstall)
+	}
+	return d.retry(ctx, id, "installing the agent", func() (bool, error) {
+		stderr := capture.New(4 << 10)
+		s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stderr: true},
+			remotecommand.StreamOptions{Stdin: bytes.NewReader(tarball), Stderr: stderr})
+		if err != nil {
+			return false, err
 		}
-		return false, failure(p)
-	}); err != nil {
-		return err
-	}
-	stderr := capture.New(4 << 10)
-	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stderr: true},
-		remotecommand.StreamOptions{Stdin: r, Stderr: stderr})
-	if err != nil {
-		return err
-	}
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		s.Close()
-		return fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
-	}
-	if s.err != nil && !errors.Is(s.err, io.EOF) {
-		return fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrPodman, s.err, bytes.TrimSpace([]byte(stderr.String())))
-	}
-	return nil
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			s.Close()
+			return false, fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
+		}
+		if s.err != nil && !errors.Is(s.err, io.EOF) {
+			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrPodman, s.err, bytes.TrimSpace([]byte(stderr.String())))
+		}
+		return false, nil
+	})
 }
 
-// Attach waits for Main of pod id to run, attaches to its stdio and opens
-// the gate (pod.go) by writing a line: the agent's handshake comes next.
-func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
-	if err := d.waitRunning(ctx, id, Main); err != nil {
-		return nil, err
+// maxInstall bounds what CopyIn feeds Install: the agent's tar stream.
+const maxInstall = 64 << 20
+
+// retry calls attempt until it succeeds or fails for good (again false),
+// while pod id may still get where attempt wants it: a failure that the
+// pod's status explains is returned as that, one that the API server
+// refuses for good (forbidden) at once, and others are tried again every
+// 100 ms, until ctx ends.
+func (d *Driver) retry(ctx context.Context, id, what string, attempt func() (again bool, err error)) error {
+	for {
+		again, err := attempt()
+		if err == nil || !again || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || ctx.Err() != nil {
+			return err
+		}
+		p, gerr := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
+		switch {
+		case gerr != nil:
+			return classify("get pod", id, gerr)
+		case failure(p) != nil:
+			return failure(p)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("vm: kube: %s (pod %s, %s): %w (last: %v)", what, id, describe(p), ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
+}
+
+// Attach attaches to the stdio of Main of pod id and opens the gate
+// (pod.go) by writing a line: the agent's handshake comes next, and its
+// first byte says the attach holds. Until then it tries again while the
+// kubelet says Main is not running yet (its status, which the kubelet
+// reports a second or more late, is not waited for).
+func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	var a *attached
+	err := d.retry(ctx, id, "attaching to the agent", func() (bool, error) {
+		var err error
+		a, err = d.attach(ctx, id)
+		return true, err
+	})
+	return a, err
+}
+
+// attach is one attempt of Attach.
+func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	// Not stderr: the agent puts /dev/null on its fd 2 as it starts, and
 	// containerd ends an attach whose stderr reached its end, closing the
 	// container's stdin with it (stdinOnce), and so the agent.
+	first := &firstByte{seen: make(chan struct{})}
 	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
-		remotecommand.StreamOptions{Stdin: inR, Stdout: outW})
+		remotecommand.StreamOptions{Stdin: inR, Stdout: io.MultiWriter(first, outW)})
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +376,18 @@ func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, err
 		// The gate: written once the stream is up, whenever that is.
 		_, _ = inW.Write([]byte("\n"))
 	}()
-	return &attached{s: s, in: inW, out: outR}, nil
+	select {
+	case <-first.seen:
+		return &attached{s: s, in: inW, out: outR}, nil
+	case <-s.done:
+		if s.err == nil {
+			return nil, fmt.Errorf("%w: kube: pod %s: the agent's stream ended before its handshake", driver.ErrContainerNotRunning, id)
+		}
+		return nil, classify("attach to", id, s.err)
+	case <-ctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+	}
 }
 
 // attached is Main's stdio as a stream: reads are its stdout, writes its
@@ -393,56 +457,6 @@ func (d *Driver) Close() {
 	d.mu.Unlock()
 	for _, l := range lines {
 		l.Close()
-	}
-}
-
-// waitRunning waits until container name of pod id runs.
-func (d *Driver) waitRunning(ctx context.Context, id, name string) error {
-	return d.wait(ctx, id, func(p *corev1.Pod) (bool, error) {
-		if st := status(p.Status.ContainerStatuses, name); st != nil && st.State.Running != nil {
-			return true, nil
-		}
-		return false, failure(p)
-	})
-}
-
-// wait watches pod id until check says it is done or fails, or ctx ends.
-func (d *Driver) wait(ctx context.Context, id string, check func(*corev1.Pod) (bool, error)) error {
-	pods := d.c.CS.CoreV1().Pods(d.o.Namespace)
-	var last *corev1.Pod
-	for {
-		p, err := pods.Get(ctx, id, metav1.GetOptions{})
-		if err != nil {
-			return classify("get pod", id, err)
-		}
-		if done, err := check(p); done || err != nil {
-			return err
-		}
-		last = p
-		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + id, ResourceVersion: p.ResourceVersion})
-		if err != nil {
-			return classify("watch pod", id, err)
-		}
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			if ev.Type == "DELETED" {
-				w.Stop()
-				return fmt.Errorf("%w: kube: pod %s was deleted", driver.ErrNoSuchContainer, id)
-			}
-			last = p
-			if done, err := check(p); done || err != nil {
-				w.Stop()
-				return err
-			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return fmt.Errorf("vm: kube: waiting for pod %s (%s): %w", id, describe(last), ctx.Err())
-		}
-		// The watch ended (the server's timeout): look again.
 	}
 }
 
