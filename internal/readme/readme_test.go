@@ -35,6 +35,7 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/exec/execmock"
 	"github.com/podvm/podvm/vm"
+	"github.com/podvm/podvm/vm/kube"
 	"github.com/podvm/podvm/vm/vmmock"
 	"github.com/podvm/podvm/vm/vmtest"
 )
@@ -52,6 +53,7 @@ var (
 	_ = exec.Command{}
 	_ = execmock.NewMockExecutor
 	_ = vm.New
+	_ = kube.New
 	_ = vmmock.NewMockVM
 	_ = vmtest.Sandbox
 )
