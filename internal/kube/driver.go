@@ -534,12 +534,21 @@ type stream struct {
 }
 
 // Close ends the session and waits (a moment at most) for it to return.
+//
+// It first closes the session's stdin (the closers), which ends an
+// attach to a stdinOnce container by itself (the container exits), and
+// gives it a moment (250 ms) to: a connection cut under it makes
+// client-go log its goroutines' read errors.
 func (s *stream) Close() error {
 	s.once.Do(func() {
-		s.cancel()
 		for _, c := range s.closers {
 			c.Close()
 		}
+		select {
+		case <-s.done:
+		case <-time.After(250 * time.Millisecond):
+		}
+		s.cancel()
 	})
 	select {
 	case <-s.done:
