@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +123,20 @@ func TestBackendRegistered(t *testing.T) {
 	v, err = vm.New(context.Background(), vm.Config{Image: "x"}, vm.WithBackend(b))
 	require.NoError(t, err)
 	assert.NoError(t, v.Remove(context.Background()))
+}
+
+// Users of the Podman backends do not link client-go: package vm, and
+// what it imports, never import Kubernetes' packages.
+func TestVMDoesNotImportKubernetes(t *testing.T) {
+	goBin, err := osexec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out, err := osexec.Command(goBin, "list", "-deps", "github.com/podvm/podvm/vm").Output()
+	require.NoError(t, err)
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "k8s.io/") || strings.HasPrefix(pkg, "github.com/podvm/podvm/internal/kube") {
+			t.Errorf("package vm depends on %s", pkg)
+		}
+	}
 }
