@@ -126,6 +126,9 @@ func (o options) connect(ctx context.Context) (c *libpod.Client, tried []string,
 	if o.backend == BackendCLI {
 		return nil, nil, nil
 	}
+	if o.backend == BackendKube {
+		return nil, nil, fmt.Errorf("%w: backend %q is registered by importing github.com/podvm/podvm/vm/kube", ErrInvalidConfig, o.backend)
+	}
 	if o.backend != BackendAPI && o.backend != BackendAuto {
 		return nil, nil, fmt.Errorf("%w: unknown backend %q", ErrInvalidConfig, o.backend)
 	}

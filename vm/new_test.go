@@ -145,3 +145,11 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// BackendKube without vm/kube imported says what to import.
+func TestNewKubeNotImported(t *testing.T) {
+	_, err := vm.New(context.Background(), vm.Config{Image: "x"}, vm.WithBackend(vm.BackendKube))
+	if !errors.Is(err, vm.ErrInvalidConfig) || !strings.Contains(err.Error(), "vm/kube") {
+		t.Errorf("got %v; want ErrInvalidConfig naming vm/kube", err)
+	}
+}
