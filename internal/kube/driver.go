@@ -13,8 +13,13 @@
 //     (a shell's read of one line).
 //  2. CopyIn of the agent's tar stream to "/" attaches to Install's stdin
 //     and streams it; Install exits, Main starts.
-//  3. Attach waits for Main to run, attaches to its stdio and opens the
-//     gate: the agent's handshake is then the first thing on the stream.
+//  3. Attach attaches to Main's stdin and stdout (not stderr: see
+//     attach) and opens the gate: the agent's handshake is then the first
+//     thing on the stream.
+//
+// Both attach as soon as the kubelet can, trying again every 100 ms while
+// it says the container is not there yet, rather than waiting for the
+// pod's status (which the kubelet reports a second or more late).
 //
 // Main's stdin is stdinOnce: when the attach ends — Remove, or the
 // caller's process died and its connection with it — the agent's stdin
@@ -167,8 +172,8 @@ const labelSandbox = "io.podvm.kube.sandbox"
 // Create makes the pod for spec (and, for Network "none", its deny-all
 // NetworkPolicy, first, so the pod never runs without it) and returns its
 // name. With spec.Agent it returns at once: Install waits for the agent's
-// tar ([Driver.CopyIn]). Otherwise it waits for Main to run and attaches
-// to its stdin, which holds the pod up until [Driver.Remove].
+// tar ([Driver.CopyIn]). Otherwise it attaches to Main's stdin once Main
+// runs (lifeline), which holds the pod up until [Driver.Remove].
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	d.mu.Lock()
 	o := d.o
