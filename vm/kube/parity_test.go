@@ -72,5 +72,15 @@ func TestParity(t *testing.T) {
 
 func TestParityExec(t *testing.T) {
 	e := need(t)
-	vmtest.RunParity(t, map[string]vmtest.Harness{"api": apiHarness{env: podmantest.Need(t), exec: true}, "kube": harness{e: e, exec: true}})
+	vmtest.RunParity(t, map[string]vmtest.Harness{"api": apiHarness{env: podmantest.Need(t), exec: true}, "kube": execParity{harness{e: e, exec: true}}})
+}
+
+// execParity is the exec path's harness, with the one case whose result
+// differs from Podman's by design named.
+type execParity struct{ harness }
+
+func (h execParity) Limits() map[string]string {
+	l := h.harness.Limits()
+	l["files/planted-link"] = "through exec sessions the copies are tar in the sandbox, which extracts a directory entry through a symlink the sandbox planted in its place (within the sandbox, as the exec path documents), where Podman's archive endpoint refuses it; both keep the case's promise, the results differ"
+	return l
 }
