@@ -19,7 +19,8 @@
 //   - Memory, CPUs: the containers' limits (requests default to them).
 //   - Pids: refused when set: Kubernetes limits processes per node
 //     (kubelet's podPidsLimit), not per pod. Zero, podvm's default of
-//     [vm.DefaultPids], is then the node's limit, whatever it is.
+//     [vm.DefaultPids], is then the node's limit, whatever it is, and so
+//     is [vm.NoPidsLimit]: the node's limit is the host's own.
 //   - Mounts: refused: a hostPath is a directory of whichever node the pod
 //     lands on, not of the caller. Use CopyIn.
 //   - User: runAsUser and runAsGroup; numeric only ("uid" or "uid:gid").
@@ -203,7 +204,7 @@ func opener(o options) driver.Opener {
 // pull policy.
 func check(c vm.Config, o ikube.Options) (corev1.PullPolicy, error) {
 	switch {
-	case c.Pids != 0:
+	case c.Pids > 0:
 		return "", fmt.Errorf("%w: kube: pids %d: Kubernetes limits processes per node (the kubelet's podPidsLimit), not per pod; leave Pids zero to accept the node's limit", vm.ErrNotSupported, c.Pids)
 	case c.ImageArchive != "":
 		return "", fmt.Errorf("%w: kube: an image archive cannot be loaded into the nodes through the API server; import it into the nodes' runtime or push it to a registry they pull from", vm.ErrNotSupported)

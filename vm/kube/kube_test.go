@@ -51,6 +51,7 @@ func TestNewRefuses(t *testing.T) {
 		{name: "Network host", cfg: func(c *vm.Config) { c.Network = "host" }},
 		{name: "Network slirp4netns", cfg: func(c *vm.Config) { c.Network = "slirp4netns" }, err: vm.ErrNotSupported},
 		{name: "Pids", cfg: func(c *vm.Config) { c.Pids = 64 }, err: vm.ErrNotSupported},
+		{name: "NoPidsLimit: the node's", cfg: func(c *vm.Config) { c.Pids = vm.NoPidsLimit }},
 		{name: "Mounts", cfg: func(c *vm.Config) { c.Mounts = []vm.Mount{{Source: "/tmp", Target: "/mnt"}} }, err: vm.ErrNotSupported},
 		{name: "ImageArchive", cfg: func(c *vm.Config) { c.ImageArchive = "/tmp/img.tar" }, err: vm.ErrNotSupported},
 		{name: "User name", cfg: func(c *vm.Config) { c.User = "nobody" }, err: vm.ErrNotSupported},
