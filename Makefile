@@ -11,6 +11,14 @@ WITH_PODMAN = if env=$$(scripts/podman-up.sh); then eval "$$env"; \
 	elif [ "$$PODVM_REQUIRE_PODMAN" = 1 ]; then echo "podman is required here (CI=true or PODVM_REQUIRE_PODMAN=1)"; exit 1; \
 	else echo "no podman: integration tests will skip"; fi
 
+# The same for the Kubernetes cluster of `make kube` (root only: it runs a
+# kubelet), for vm/kube's tests; its binaries are built once per machine
+# and cached outside the clone.
+export PODVM_REQUIRE_KUBE ?= $(if $(filter true,$(CI)),1,)
+WITH_KUBE = if [ "$$(id -u)" = 0 ] && env=$$(scripts/kube-up.sh); then eval "$$env"; \
+	elif [ "$$PODVM_REQUIRE_KUBE" = 1 ]; then echo "a Kubernetes cluster is required here (CI=true or PODVM_REQUIRE_KUBE=1): make kube"; exit 1; \
+	else echo "no Kubernetes cluster: vm/kube's integration tests will skip"; fi
+
 .PHONY: help demo test test-matrix fuzz unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down kube kube-down kube-smoke
 
 help: ## list the targets
@@ -20,8 +28,8 @@ demo: ## compile and run a Go program in a sandbox, through both backends side b
 	@env=$$(scripts/podman-up.sh) || { echo "make demo needs Podman: see the messages above"; exit 1; }; eval "$$env"; \
 	$(GO) build -o .podvm/demo ./examples/demo && .podvm/demo -warm && .podvm/demo
 
-test: lint check-generate ## every test: unit and integration against a real Podman, then a leak check
-	@$(WITH_PODMAN); \
+test: lint check-generate ## every test: unit and integration against a real Podman and a real Kubernetes, then a leak check
+	@$(WITH_PODMAN); $(WITH_KUBE); \
 	$(GO) test -race -count=1 -timeout 15m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
 	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$$)' .podvm-test.log; \
 	scripts/conformance-table.sh .podvm-test.log || rc=1; \
