@@ -4,8 +4,11 @@ go 1.25.0
 
 require (
 	github.com/containers/podman/v5 v5.8.3
+	github.com/kevinburke/ssh_config v1.4.0
+	github.com/skeema/knownhosts v1.3.2
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/mock v0.6.0
+	golang.org/x/crypto v0.50.0
 	golang.org/x/sys v0.43.0
 )
 
@@ -18,7 +21,6 @@ require (
 	github.com/godbus/dbus/v5 v5.1.1-0.20241109141217-c266b19b28e9 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
-	github.com/kevinburke/ssh_config v1.4.0 // indirect
 	github.com/kr/fs v0.1.0 // indirect
 	github.com/moby/sys/capability v0.4.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
@@ -30,11 +32,9 @@ require (
 	github.com/opencontainers/selinux v1.13.1 // indirect
 	github.com/pkg/sftp v1.13.9 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
-	github.com/skeema/knownhosts v1.3.2 // indirect
 	go.podman.io/common v0.67.1 // indirect
 	go.podman.io/storage v1.62.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.50.0 // indirect
 	golang.org/x/mod v0.35.0 // indirect
 	golang.org/x/net v0.53.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
