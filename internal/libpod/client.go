@@ -26,6 +26,8 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/version"
+
+	"github.com/podvm/podvm/internal/sshhost"
 )
 
 // Client talks to one Podman service. It is safe for concurrent use:
@@ -56,10 +58,19 @@ func (v Version) AtLeast(major, minor int) bool {
 // ssh://user@host[:port]/path), pings it and reads its version. An
 // unreachable service, or one too old for the bindings (before 4.0), is
 // an [*Error] with Status 0 and Op "connect".
+//
+// An ssh:// service's host key is checked first ([sshhost.Check]): the
+// bindings would add a host missing from known_hosts to it and go on, so
+// an unknown or changed key is refused here, an [*Error] whose Err
+// matches [sshhost.ErrUnknownHost] or [sshhost.ErrChangedHost], before
+// any connection is made.
 func Connect(ctx context.Context, uri string) (*Client, error) {
 	if uri == "" {
 		// bindings would fall back to CONTAINER_HOST: podvm never guesses.
 		return nil, &Error{Op: "connect", Err: fmt.Errorf("empty service URI")}
+	}
+	if err := sshhost.Check(ctx, uri); err != nil {
+		return nil, &Error{Op: "connect " + uri, Err: err}
 	}
 	bctx, err := bindings.NewConnection(ctx, uri)
 	if err != nil {

@@ -59,7 +59,8 @@ var errVerified = errors.New("host key verified")
 // A host not in known_hosts is [ErrUnknownHost], with the fingerprint it
 // showed and how to add it once checked; a host whose key does not match
 // is [ErrChangedHost]. Both are refusals: nothing must connect then.
-// Without a deadline on ctx, [DefaultTimeout] applies.
+// Without a deadline on ctx, [DefaultTimeout] applies. The errors name
+// the host, not the URI: the caller does.
 func Check(ctx context.Context, uri string) error {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "ssh" {
@@ -67,11 +68,11 @@ func Check(ctx context.Context, uri string) error {
 	}
 	addr, err := address(u)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrNoCheck, redact(u), err)
+		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	}
 	file, err := knownHostsFile()
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrNoCheck, redact(u), err)
+		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	}
 	var db *knownhosts.HostKeyDB
 	switch _, err := os.Stat(file); {
@@ -79,10 +80,10 @@ func Check(ctx context.Context, uri string) error {
 		// Every host is unknown: the exchange still runs, for the
 		// fingerprint the error shows.
 	case err != nil:
-		return fmt.Errorf("%w: %s: %v", ErrNoCheck, redact(u), err)
+		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	default:
 		if db, err = knownhosts.NewDB(file); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrNoCheck, redact(u), err)
+			return fmt.Errorf("%w: %v", ErrNoCheck, err)
 		}
 	}
 
@@ -94,7 +95,7 @@ func Check(ctx context.Context, uri string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrNoCheck, redact(u), err)
+		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -133,7 +134,7 @@ func Check(ctx context.Context, uri string) error {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return fmt.Errorf("%w: %s: no key exchange with %s: %v", ErrNoCheck, redact(u), addr, err)
+		return fmt.Errorf("%w: no key exchange with %s: %v", ErrNoCheck, addr, err)
 	case verdict == nil:
 		return nil
 	}
@@ -147,20 +148,20 @@ func Check(ctx context.Context, uri string) error {
 		if db == nil {
 			where += " (no such file)"
 		}
-		return fmt.Errorf("%w: %s: host %s is not in %s, and podvm does not trust a host on first use; "+
+		return fmt.Errorf("%w: host %s is not in %s, and podvm does not trust a host on first use; "+
 			"it offered the %s key %s: once you have checked that this is the host's key, add it with: %s >> %s",
-			ErrUnknownHost, redact(u), host, where, seen.Type(), fp, keyscan(addr), file)
+			ErrUnknownHost, host, where, seen.Type(), fp, keyscan(addr), file)
 	case errors.As(verdict, &ke):
 		w := ke.Want[0]
-		return fmt.Errorf("%w: %s: host %s offered the %s key %s, which does not match %s:%d (%s %s): connection refused; "+
+		return fmt.Errorf("%w: host %s offered the %s key %s, which does not match %s:%d (%s %s): connection refused; "+
 			"if the host's key was changed on purpose, remove the old entry (ssh-keygen -R '%s') and add the new one once checked (%s >> %s)",
-			ErrChangedHost, redact(u), host, seen.Type(), fp, w.Filename, w.Line, w.Key.Type(), ssh.FingerprintSHA256(w.Key),
+			ErrChangedHost, host, seen.Type(), fp, w.Filename, w.Line, w.Key.Type(), ssh.FingerprintSHA256(w.Key),
 			host, keyscan(addr), file)
 	case errors.As(verdict, &re):
-		return fmt.Errorf("%w: %s: host %s offered the %s key %s, revoked at %s:%d: connection refused",
-			ErrChangedHost, redact(u), host, seen.Type(), fp, re.Revoked.Filename, re.Revoked.Line)
+		return fmt.Errorf("%w: host %s offered the %s key %s, revoked at %s:%d: connection refused",
+			ErrChangedHost, host, seen.Type(), fp, re.Revoked.Filename, re.Revoked.Line)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrNoCheck, redact(u), verdict)
+	return fmt.Errorf("%w: %v", ErrNoCheck, verdict)
 }
 
 // address is the host:port Podman dials for u: the URI's host, unless
@@ -213,6 +214,3 @@ func keyscan(addr string) string {
 	}
 	return "ssh-keyscan -p " + port + " " + host
 }
-
-// redact is u as errors show it, without a password.
-func redact(u *url.URL) string { return u.Redacted() }
