@@ -7,6 +7,7 @@ require (
 	github.com/kevinburke/ssh_config v1.4.0
 	github.com/skeema/knownhosts v1.3.2
 	github.com/stretchr/testify v1.12.1
+	go.podman.io/storage v1.62.0
 	go.uber.org/mock v0.6.0
 	golang.org/x/crypto v0.50.0
 	golang.org/x/sys v0.43.0
@@ -33,7 +34,6 @@ require (
 	github.com/pkg/sftp v1.13.9 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	go.podman.io/common v0.67.1 // indirect
-	go.podman.io/storage v1.62.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/mod v0.35.0 // indirect
 	golang.org/x/net v0.53.0 // indirect

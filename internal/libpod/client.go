@@ -21,11 +21,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/version"
+	"go.podman.io/storage/pkg/unshare"
 
 	"github.com/podvm/podvm/internal/sshhost"
 )
@@ -59,17 +61,19 @@ func (v Version) AtLeast(major, minor int) bool {
 // unreachable service, or one too old for the bindings (before 4.0), is
 // an [*Error] with Status 0 and Op "connect".
 //
-// An ssh:// service's host key is checked first ([sshhost.Check]): the
-// bindings would add a host missing from known_hosts to it and go on, so
-// an unknown or changed key is refused here, an [*Error] whose Err
-// matches [sshhost.ErrUnknownHost] or [sshhost.ErrChangedHost], before
-// any connection is made.
+// An ssh:// service's host key is checked first ([sshhost.CheckFile],
+// on the known_hosts the bindings read: under the HOME this process had
+// when Podman's code first asked, go.podman.io/storage/pkg/unshare.HomeDir,
+// which keeps it): the bindings would add a host missing from known_hosts
+// to it and go on, so an unknown or changed key is refused here, an
+// [*Error] whose Err matches [sshhost.ErrUnknownHost] or
+// [sshhost.ErrChangedHost], before any connection is made.
 func Connect(ctx context.Context, uri string) (*Client, error) {
 	if uri == "" {
 		// bindings would fall back to CONTAINER_HOST: podvm never guesses.
 		return nil, &Error{Op: "connect", Err: fmt.Errorf("empty service URI")}
 	}
-	if err := sshhost.Check(ctx, uri); err != nil {
+	if err := sshhost.CheckFile(ctx, uri, knownHosts()); err != nil {
 		return nil, &Error{Op: "connect " + uri, Err: err}
 	}
 	bctx, err := bindings.NewConnection(ctx, uri)
@@ -91,6 +95,17 @@ func Connect(ctx context.Context, uri string) (*Client, error) {
 	}
 	sv := bindings.ServiceVersion(bctx)
 	return newClient(conn, uri, Version{int(sv.Major), int(sv.Minor), int(sv.Patch)}), nil
+}
+
+// knownHosts is the known_hosts file the bindings' ssh client reads
+// (go.podman.io/common/pkg/ssh, ValidateAndConfigure), or "" when it has
+// no home directory.
+func knownHosts() string {
+	home, err := unshare.HomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".ssh", "known_hosts")
 }
 
 // idleTimeout is how long an unused connection to the service is kept.

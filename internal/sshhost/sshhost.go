@@ -48,20 +48,27 @@ const DefaultTimeout = 30 * time.Second
 // errVerified ends the key exchange once the host key is verified.
 var errVerified = errors.New("host key verified")
 
-// Check verifies the host key of the service at uri when it is an
-// ssh:// URI, and returns nil at once for any other. It resolves the
-// host and port as Podman does (the URI, then ~/.ssh/config's Hostname
-// and Port for the URI's host, then port 22), reads the known_hosts file
-// Podman reads ($HOME/.ssh/known_hosts), and offers the host only the key
-// types known_hosts holds for it, so that a host known by one key type is
-// not taken for changed when it would rather show another.
+// Check is [CheckFile] with $HOME/.ssh/known_hosts (from the password
+// database when HOME is unset): the file a podman command run with this
+// process's environment reads.
+func Check(ctx context.Context, uri string) error { return CheckFile(ctx, uri, "") }
+
+// CheckFile verifies the host key of the service at uri against the
+// known_hosts file knownHosts ("": as [Check]) when uri is an ssh://
+// URI, and returns nil at once for any other. It resolves the host and
+// port as Podman does (the URI, then ~/.ssh/config's Hostname and Port
+// for the URI's host, then port 22) and offers the host only the key
+// types knownHosts holds for it, as Podman does, so that a host known by
+// one key type is not taken for changed when it would rather show
+// another.
 //
-// A host not in known_hosts is [ErrUnknownHost], with the fingerprint it
-// showed and how to add it once checked; a host whose key does not match
-// is [ErrChangedHost]. Both are refusals: nothing must connect then.
-// Without a deadline on ctx, [DefaultTimeout] applies. The errors name
-// the host, not the URI: the caller does.
-func Check(ctx context.Context, uri string) error {
+// A host not in knownHosts (or with no such file) is [ErrUnknownHost],
+// with the fingerprint it showed and how to add it once checked; a host
+// whose key does not match is [ErrChangedHost]. Both are refusals:
+// nothing must connect then. Anything else that keeps the key from being
+// checked is [ErrNoCheck]. Without a deadline on ctx, [DefaultTimeout]
+// applies. The errors name the host, not the URI: the caller does.
+func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "ssh" {
 		return nil // not ssh://: nothing to check (the caller reports a bad URI)
@@ -70,9 +77,11 @@ func Check(ctx context.Context, uri string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	}
-	file, err := knownHostsFile()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNoCheck, err)
+	file := knownHosts
+	if file == "" {
+		if file, err = knownHostsFile(); err != nil {
+			return fmt.Errorf("%w: %v", ErrNoCheck, err)
+		}
 	}
 	var db *knownhosts.HostKeyDB
 	switch _, err := os.Stat(file); {
