@@ -76,7 +76,7 @@ func Connect(ctx context.Context, uri string) (*Client, error) {
 	if err := sshhost.CheckFile(ctx, uri, knownHosts()); err != nil {
 		return nil, &Error{Op: "connect " + uri, Err: err}
 	}
-	bctx, err := bindings.NewConnection(ctx, uri)
+	bctx, err := newConnection(ctx, uri)
 	if err != nil {
 		return nil, &Error{Op: "connect " + uri, Err: err}
 	}
@@ -95,6 +95,22 @@ func Connect(ctx context.Context, uri string) (*Client, error) {
 	}
 	sv := bindings.ServiceVersion(bctx)
 	return newClient(conn, uri, Version{int(sv.Major), int(sv.Minor), int(sv.Patch)}), nil
+}
+
+// sshConnect serializes the bindings' ssh:// connections: each writes
+// ssh_config.DefaultUserSettings.IgnoreErrors and reads that global
+// (pkg/bindings/connection.go, sshClient), a data race when two connect
+// at once.
+var sshConnect sync.Mutex
+
+// newConnection is bindings.NewConnection, one ssh:// connection at a
+// time.
+func newConnection(ctx context.Context, uri string) (context.Context, error) {
+	if u, err := url.Parse(uri); err == nil && u.Scheme == "ssh" {
+		sshConnect.Lock()
+		defer sshConnect.Unlock()
+	}
+	return bindings.NewConnection(ctx, uri)
 }
 
 // knownHosts is the known_hosts file the bindings' ssh client reads

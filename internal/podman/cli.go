@@ -109,9 +109,13 @@ func cliError(op, what string, res *exec.Result) error {
 
 // invoke runs podman with the global flags and c.Args through the
 // executor. Podman that cannot be started, or an ssh:// host whose key
-// is unknown or changed, is [ErrUnavailable] and [ErrNotReached].
+// is unknown or changed, is [ErrUnavailable] and [ErrNotReached]; a ctx
+// that ended the host key's check, [ErrNotReached] and ctx's error.
 func (d CLI) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
 	if err := d.hostKey.check(ctx); err != nil {
+		if ctx.Err() != nil { // ctx ended the check, not the host
+			return nil, fmt.Errorf("vm: podman: %w: %s: %w", ErrNotReached, d.host, err)
+		}
 		return nil, fmt.Errorf("%w: %w: podman's service %s: %w", ErrUnavailable, ErrNotReached, d.host, err)
 	}
 	c.Name = d.podman

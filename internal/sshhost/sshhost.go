@@ -66,8 +66,8 @@ func Check(ctx context.Context, uri string) error { return CheckFile(ctx, uri, "
 // with the fingerprint it showed and how to add it once checked; a host
 // whose key does not match is [ErrChangedHost]. Both are refusals:
 // nothing must connect then. Anything else that keeps the key from being
-// checked is [ErrNoCheck]. Without a deadline on ctx, [DefaultTimeout]
-// applies. The errors name the host, not the URI: the caller does.
+// checked is [ErrNoCheck], wrapping ctx's error when ctx ended first.
+// Without a deadline on ctx, [DefaultTimeout] applies. The errors name the host, not the URI: the caller does.
 func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "ssh" {
@@ -104,6 +104,9 @@ func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: no answer from %s: %w", ErrNoCheck, addr, ctx.Err())
+		}
 		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	}
 	defer conn.Close()
@@ -141,7 +144,7 @@ func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	switch {
 	case seen == nil:
 		if ctx.Err() != nil {
-			err = ctx.Err()
+			return fmt.Errorf("%w: no key exchange with %s: %w", ErrNoCheck, addr, ctx.Err())
 		}
 		return fmt.Errorf("%w: no key exchange with %s: %v", ErrNoCheck, addr, err)
 	case verdict == nil:
@@ -181,8 +184,9 @@ func address(u *url.URL) (string, error) {
 	if alias == "" {
 		return "", errors.New("no host in the URI")
 	}
-	cfg := ssh_config.DefaultUserSettings
-	cfg.IgnoreErrors = true
+	// Settings of our own: the bindings write IgnoreErrors into
+	// ssh_config.DefaultUserSettings, so reading it would race with them.
+	cfg := &ssh_config.UserSettings{IgnoreErrors: true}
 	host := alias
 	if h := cfg.Get(alias, "Hostname"); h != "" {
 		host = h
