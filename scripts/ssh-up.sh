@@ -134,6 +134,9 @@ PermitUserRC no
 GatewayPorts no
 StrictModes yes
 LoginGraceTime 30
+# Each podman --url ssh:// run is an SSH connection of its own, and the
+# suite runs many at once: the default (10:30:100) drops some.
+MaxStartups 200
 LogLevel INFO
 CONF
 
