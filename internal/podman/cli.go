@@ -113,7 +113,7 @@ func cliError(op, what string, res *exec.Result) error {
 // that ended the host key's check, [ErrNotReached] and ctx's error.
 func (d CLI) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
 	if err := d.hostKey.check(ctx); err != nil {
-		if ctx.Err() != nil { // ctx ended the check, not the host
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) { // ctx ended the check, not the host
 			return nil, fmt.Errorf("vm: podman: %w: %s: %w", ErrNotReached, d.host, err)
 		}
 		return nil, fmt.Errorf("%w: %w: podman's service %s: %w", ErrUnavailable, ErrNotReached, d.host, err)

@@ -66,7 +66,8 @@ func Check(ctx context.Context, uri string) error { return CheckFile(ctx, uri, "
 // with the fingerprint it showed and how to add it once checked; a host
 // whose key does not match is [ErrChangedHost]. Both are refusals:
 // nothing must connect then. Anything else that keeps the key from being
-// checked is [ErrNoCheck], wrapping ctx's error when ctx ended first.
+// checked is [ErrNoCheck], wrapping ctx's error when ctx ended first
+// (not when [DefaultTimeout] did).
 // Without a deadline on ctx, [DefaultTimeout] applies. The errors name the host, not the URI: the caller does.
 func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	u, err := url.Parse(uri)
@@ -96,6 +97,18 @@ func CheckFile(ctx context.Context, uri, knownHosts string) error {
 		}
 	}
 
+	parent := ctx
+	// ended is parent's error once it has ended, or at its deadline (a
+	// read cut by the connection's deadline may come before ctx's timer).
+	ended := func() error {
+		if err := parent.Err(); err != nil {
+			return err
+		}
+		if dl, ok := parent.Deadline(); ok && !time.Now().Before(dl) {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
@@ -104,8 +117,8 @@ func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: no answer from %s: %w", ErrNoCheck, addr, ctx.Err())
+		if cerr := ended(); cerr != nil {
+			return fmt.Errorf("%w: no answer from %s: %w", ErrNoCheck, addr, cerr)
 		}
 		return fmt.Errorf("%w: %v", ErrNoCheck, err)
 	}
@@ -143,8 +156,8 @@ func CheckFile(ctx context.Context, uri, knownHosts string) error {
 	}
 	switch {
 	case seen == nil:
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: no key exchange with %s: %w", ErrNoCheck, addr, ctx.Err())
+		if cerr := ended(); cerr != nil {
+			return fmt.Errorf("%w: no key exchange with %s: %w", ErrNoCheck, addr, cerr)
 		}
 		return fmt.Errorf("%w: no key exchange with %s: %v", ErrNoCheck, addr, err)
 	case verdict == nil:

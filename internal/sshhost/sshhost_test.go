@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/podvm/podvm/internal/sshhost"
 	"golang.org/x/crypto/ssh"
@@ -190,5 +191,33 @@ func TestCheckNoAnswer(t *testing.T) {
 	err = sshhost.Check(context.Background(), "ssh://root@"+addr+"/x.sock")
 	if !errors.Is(err, sshhost.ErrNoCheck) {
 		t.Fatalf("Check: %v, want ErrNoCheck", err)
+	}
+}
+
+// A check that ctx's deadline cuts short says so, whichever of the
+// connection's deadline and ctx's timer comes first.
+func TestCheckDeadline(t *testing.T) {
+	home(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accepts, never speaks
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := sshhost.Check(ctx, "ssh://root@"+ln.Addr().String()+"/x.sock")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sshhost.ErrNoCheck) {
+			t.Fatalf("Check: %v, want ErrNoCheck and context.DeadlineExceeded", err)
+		}
 	}
 }
