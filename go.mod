@@ -4,8 +4,12 @@ go 1.25.0
 
 require (
 	github.com/containers/podman/v5 v5.8.3
+	github.com/kevinburke/ssh_config v1.4.0
+	github.com/skeema/knownhosts v1.3.2
 	github.com/stretchr/testify v1.12.1
+	go.podman.io/storage v1.62.0
 	go.uber.org/mock v0.6.0
+	golang.org/x/crypto v0.50.0
 	golang.org/x/sys v0.43.0
 	k8s.io/api v0.34.4
 	k8s.io/apimachinery v0.34.4
@@ -34,7 +38,6 @@ require (
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/kevinburke/ssh_config v1.4.0 // indirect
 	github.com/kr/fs v0.1.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/moby/spdystream v0.5.0 // indirect
@@ -53,14 +56,11 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pkg/sftp v1.13.9 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
-	github.com/skeema/knownhosts v1.3.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.podman.io/common v0.67.1 // indirect
-	go.podman.io/storage v1.62.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.50.0 // indirect
 	golang.org/x/mod v0.35.0 // indirect
 	golang.org/x/net v0.53.0 // indirect
 	golang.org/x/oauth2 v0.32.0 // indirect

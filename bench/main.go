@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/sshhost"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -93,6 +94,12 @@ func run() int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The bindings and `podman --url` below would add an ssh:// host
+	// missing from known_hosts to it: refuse it first, as podvm does.
+	if err := sshhost.Check(ctx, host); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", host, err)
+		return 2
+	}
 
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])

@@ -30,7 +30,8 @@ var _ VM = (*APIVM)(nil)
 // when cfg is invalid or, for a unix:// service (on this machine), when a
 // mount source does not exist. It then connects, pinging the service and
 // reading its version, within ctx and the ping timeout ([WithPingTimeout],
-// default [DefaultPingTimeout]; the only option it uses): a service that
+// default [DefaultPingTimeout], [DefaultSSHPingTimeout] over ssh://; the
+// only option it uses): a service that
 // cannot be reached, or does not answer in time, is [ErrUnavailable],
 // with an error naming uri.
 func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*APIVM, error) {

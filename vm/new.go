@@ -165,20 +165,28 @@ func (o options) sockets() []string {
 	return append(uris, "unix:///run/podman/podman.sock")
 }
 
-// ping connects to uri within the ping timeout. A unix socket that does
-// not exist fails at once, without a dial.
+// ping connects to uri within the ping timeout ([WithPingTimeout]). A
+// unix socket that does not exist fails at once, without a dial.
 func (o options) ping(ctx context.Context, uri string) (*libpod.Client, error) {
 	if path, ok := strings.CutPrefix(uri, "unix://"); ok {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("%s: no socket: %w", uri, err)
 		}
 	}
-	pctx, cancel := context.WithTimeout(ctx, o.pingTimeout)
+	timeout := o.pingTimeout
+	switch {
+	case timeout != 0:
+	case strings.HasPrefix(uri, "ssh://"):
+		timeout = DefaultSSHPingTimeout
+	default:
+		timeout = DefaultPingTimeout
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := libpod.Connect(pctx, uri)
 	if err != nil {
 		if pctx.Err() != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("%s: no answer within %v", uri, o.pingTimeout)
+			return nil, fmt.Errorf("%s: no answer within %v", uri, timeout)
 		}
 		return nil, fmt.Errorf("%s: %w", uri, err)
 	}

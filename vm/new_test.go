@@ -143,6 +143,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashEnv) != "" {
 		os.Exit(crashAfterCreate())
 	}
+	if uri := os.Getenv(sshAPIEnv); uri != "" {
+		os.Exit(sshAPIConnect(uri))
+	}
 	os.Exit(m.Run())
 }
 

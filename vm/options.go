@@ -26,6 +26,11 @@ const (
 // DefaultPingTimeout bounds each socket probe of [New] and [Reap].
 const DefaultPingTimeout = 2 * time.Second
 
+// DefaultSSHPingTimeout bounds, in place of [DefaultPingTimeout], the
+// probe of an ssh:// service: reaching it takes two SSH key exchanges
+// (podvm's host key check, then Podman's connection) before the ping.
+const DefaultSSHPingTimeout = 15 * time.Second
+
 // Option configures [New], [Reap] and [ListSnapshots].
 type Option func(*options)
 
@@ -80,11 +85,12 @@ func WithLabel(key, value string) Option {
 	}
 }
 
-// WithPingTimeout bounds each socket probe (default [DefaultPingTimeout]).
+// WithPingTimeout bounds each socket probe (default, or 0:
+// [DefaultPingTimeout], [DefaultSSHPingTimeout] for an ssh:// service).
 func WithPingTimeout(d time.Duration) Option { return func(o *options) { o.pingTimeout = d } }
 
 func newOptions(opts []Option) options {
-	o := options{podman: "podman", pingTimeout: DefaultPingTimeout, log: slog.New(slog.DiscardHandler)}
+	o := options{podman: "podman", log: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}

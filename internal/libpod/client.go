@@ -21,11 +21,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/version"
+	"go.podman.io/storage/pkg/unshare"
+
+	"github.com/podvm/podvm/internal/sshhost"
 )
 
 // Client talks to one Podman service. It is safe for concurrent use:
@@ -56,12 +60,23 @@ func (v Version) AtLeast(major, minor int) bool {
 // ssh://user@host[:port]/path), pings it and reads its version. An
 // unreachable service, or one too old for the bindings (before 4.0), is
 // an [*Error] with Status 0 and Op "connect".
+//
+// An ssh:// service's host key is checked first ([sshhost.CheckFile],
+// on the known_hosts the bindings read: under the HOME this process had
+// when Podman's code first asked, go.podman.io/storage/pkg/unshare.HomeDir,
+// which keeps it): the bindings would add a host missing from known_hosts
+// to it and go on, so an unknown or changed key is refused here, an
+// [*Error] whose Err matches [sshhost.ErrUnknownHost] or
+// [sshhost.ErrChangedHost], before any connection is made.
 func Connect(ctx context.Context, uri string) (*Client, error) {
 	if uri == "" {
 		// bindings would fall back to CONTAINER_HOST: podvm never guesses.
 		return nil, &Error{Op: "connect", Err: fmt.Errorf("empty service URI")}
 	}
-	bctx, err := bindings.NewConnection(ctx, uri)
+	if err := sshhost.CheckFile(ctx, uri, knownHosts()); err != nil {
+		return nil, &Error{Op: "connect " + uri, Err: err}
+	}
+	bctx, err := newConnection(ctx, uri)
 	if err != nil {
 		return nil, &Error{Op: "connect " + uri, Err: err}
 	}
@@ -80,6 +95,33 @@ func Connect(ctx context.Context, uri string) (*Client, error) {
 	}
 	sv := bindings.ServiceVersion(bctx)
 	return newClient(conn, uri, Version{int(sv.Major), int(sv.Minor), int(sv.Patch)}), nil
+}
+
+// sshConnect serializes the bindings' ssh:// connections: each writes
+// ssh_config.DefaultUserSettings.IgnoreErrors and reads that global
+// (pkg/bindings/connection.go, sshClient), a data race when two connect
+// at once.
+var sshConnect sync.Mutex
+
+// newConnection is bindings.NewConnection, one ssh:// connection at a
+// time.
+func newConnection(ctx context.Context, uri string) (context.Context, error) {
+	if u, err := url.Parse(uri); err == nil && u.Scheme == "ssh" {
+		sshConnect.Lock()
+		defer sshConnect.Unlock()
+	}
+	return bindings.NewConnection(ctx, uri)
+}
+
+// knownHosts is the known_hosts file the bindings' ssh client reads
+// (go.podman.io/common/pkg/ssh, ValidateAndConfigure), or "" when it has
+// no home directory.
+func knownHosts() string {
+	home, err := unshare.HomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".ssh", "known_hosts")
 }
 
 // idleTimeout is how long an unused connection to the service is kept.

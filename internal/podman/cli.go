@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/sshhost"
 )
 
 // CLI is the [Driver] that reaches Podman by running the podman command
@@ -31,6 +32,38 @@ type CLI struct {
 	podman string   // the binary
 	global []string // global flags before the subcommand
 	host   string   // the service podman talks to: --url, or CONTAINER_HOST as podman sees it
+	// hostKey checks an ssh:// host's key before podman first reaches
+	// it, once for the driver and all its copies; nil for other hosts.
+	hostKey *hostKeyCheck
+}
+
+// hostKeyCheck runs [sshhost.Check] on a service until it passes once.
+// podman's ssh client would add a host missing from known_hosts to it
+// and go on; podvm refuses such a host, and a changed one, before podman
+// runs.
+type hostKeyCheck struct {
+	uri string
+	mu  sync.Mutex
+	ok  bool
+}
+
+// check returns nil once the host's key has been verified; a failed
+// check is tried again at the next call. Callers wait for a check under
+// way.
+func (h *hostKeyCheck) check(ctx context.Context) error {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ok {
+		return nil
+	}
+	if err := sshhost.Check(ctx, h.uri); err != nil {
+		return err
+	}
+	h.ok = true
+	return nil
 }
 
 var _ Driver = CLI{}
@@ -54,6 +87,9 @@ func NewCLI(x exec.Executor, bin, url, containerHost string) (CLI, error) {
 	if url != "" {
 		d.global = []string{"--url", url}
 	}
+	if strings.HasPrefix(strings.ToLower(d.host), "ssh://") {
+		d.hostKey = &hostKeyCheck{uri: d.host}
+	}
 	return d, nil
 }
 
@@ -72,8 +108,16 @@ func cliError(op, what string, res *exec.Result) error {
 }
 
 // invoke runs podman with the global flags and c.Args through the
-// executor. Podman that cannot be started is [ErrUnavailable].
+// executor. Podman that cannot be started, or an ssh:// host whose key
+// is unknown or changed, is [ErrUnavailable] and [ErrNotReached]; a ctx
+// that ended the host key's check, [ErrNotReached] and ctx's error.
 func (d CLI) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
+	if err := d.hostKey.check(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) { // ctx ended the check, not the host
+			return nil, fmt.Errorf("vm: podman: %w: %s: %w", ErrNotReached, d.host, err)
+		}
+		return nil, fmt.Errorf("%w: %w: podman's service %s: %w", ErrUnavailable, ErrNotReached, d.host, err)
+	}
 	c.Name = d.podman
 	c.Args = append(slices.Clip(d.global), c.Args...)
 	res, err := d.x.Run(ctx, c)

@@ -60,7 +60,9 @@ var podmanMessages = []struct {
 	// destination and of a file: no directory there.
 	{regexp.MustCompile(`could not be found on container|destination must be a directory when copying from stdin`), fs.ErrNotExist},
 	// The service.
-	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket`), ErrUnavailable},
+	// podman --url ssh://: no SSH connection (a refused or dropped key
+	// exchange, failed authentication).
+	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket|failed to connect: ssh: `), ErrUnavailable},
 	// Known, with no better sentinel than ErrPodman: podman-remote could
 	// not deliver a Stdin the command did not read, and lost its status.
 	{regexp.MustCompile(`unable to find user|Failed to write input to service`), ErrPodman},

@@ -152,6 +152,7 @@ func TestCLIErrorSamples(t *testing.T) {
 		"exec-not-found":           exec.ErrNotFound,
 		"exec-not-running":         ErrContainerNotRunning,
 		"exec-unknown-user":        ErrPodman,
+		"exec-ssh-reset":           ErrUnavailable, // sshd dropped the connection (MaxStartups), by hand
 		"rm-no-such-container":     ErrNoSuchContainer,
 		"rm-stopped-meanwhile":     ErrContainerNotRunning,
 		"run-image-not-known":      ErrImageNotFound,

@@ -95,6 +95,24 @@ func pidsUnenforced(t testing.TB, host string) bool {
 	return v
 }
 
+// NeedSSH returns $PODVM_SSH_URL, the ssh:// URL of a Podman service
+// whose host is in $HOME/.ssh/known_hosts (`eval "$(scripts/ssh-up.sh)"`
+// sets both), or skips t. It fails t instead under PODVM_REQUIRE_SSH=1,
+// or when [Required] on the matrix's ssh row (PODVM_SERVER=ssh): the
+// other rows have no sshd, so CI=true alone does not require one.
+func NeedSSH(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("PODVM_SSH_URL")
+	if !strings.HasPrefix(u, "ssh://") {
+		msg := fmt.Sprintf("test needs Podman over ssh: set PODVM_SSH_URL to an ssh:// URL (`eval \"$(scripts/ssh-up.sh)\"`), not %q", u)
+		if os.Getenv("PODVM_REQUIRE_SSH") == "1" || (Required() && os.Getenv("PODVM_SERVER") == "ssh") {
+			t.Fatal(msg + "; failing because PODVM_REQUIRE_SSH=1, or CI=true on the ssh row")
+		}
+		t.Skip(msg)
+	}
+	return u
+}
+
 // NeedBinary returns the path of the program name, or skips t (fails it
 // when [Required]): `make podman` installs every program the tests need.
 func NeedBinary(t testing.TB, name string) string {

@@ -98,6 +98,8 @@ rec run-short-name-remote remote run -d --pull always --label io.podvm.managed=t
 rec run-pull-dns-remote remote run -d --pull always --label io.podvm.managed=true registry.podvm.invalid/busybox:latest
 rec unreachable-socket loc --url unix:///nonexistent/podvm.sock ps
 rec unreachable-tcp loc --url tcp://127.0.0.1:1 ps
+# exec-ssh-reset-remote.125.txt is copied by hand from a run over ssh://
+# (scripts/ssh-up.sh) whose sshd dropped connections beyond MaxStartups.
 
 # Commands that exit 125-127 themselves: data, not Podman failures.
 rec command-exit-125 remote exec "$N" sh -c 'echo oops >&2; exit 125'
