@@ -293,7 +293,9 @@ start() { # NAME CMD...: in its own session, its PID in pids/NAME.pid
 	name=$1
 	shift
 	# shellcheck disable=SC2016 # expanded by the inner sh
-	setsid sh -c 'echo $$ >"$0"; exec "$@"' "$K/pids/$name.pid" "$@" >"$K/logs/$name.log" 2>&1 </dev/null 9>&- &
+	# The PID file appears whole (renamed into place): wait_for reads it
+	# while this starts, and an empty one would read as a dead process.
+	setsid sh -c 'echo $$ >"$0.new" && mv "$0.new" "$0" && exec "$@"' "$K/pids/$name.pid" "$@" >"$K/logs/$name.log" 2>&1 </dev/null 9>&- &
 }
 wait_for() { # NAME SECONDS CMD...: until CMD succeeds, while NAME runs
 	name=$1 n=$(($2 * 10))
