@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs the parity test (every conformance case on both backends, their
 # Results compared field by field) against each kind of Podman service:
-# Debian 12's 4.3 rootful (scripts/podman-up.sh), Debian 13's 5.4
+# Debian 12's 4.3 rootful (scripts/podman-up.sh), the same reached over
+# ssh:// (scripts/ssh-up.sh, an sshd on 127.0.0.1), Debian 13's 5.4
 # (scripts/podman5-up.sh) and Debian 12's 4.3 rootless, run as a user of
 # its own (scripts/rootless-up.sh; the test binary runs as that user too),
 # then prints the compatibility table: server × backend × pass/fail.
@@ -24,7 +25,8 @@
 # of the same tree against the 4.3 service (.ci/run passes make test's).
 # Exit status 0 only when every server ran every case without a failure and
 # nothing leaked. The services are left running (stop them with
-# scripts/podman-down.sh, scripts/podman5-down.sh, scripts/rootless-down.sh).
+# scripts/podman-down.sh, scripts/podman5-down.sh, scripts/rootless-down.sh,
+# scripts/ssh-down.sh).
 set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
@@ -44,6 +46,7 @@ unset CONTAINER_HOST CONTAINER_CONNECTION CONTAINERS_CONF
 env4=$(scripts/podman-up.sh) || { log "the Podman 4.3 service did not come up"; exit 1; }
 env5=$(scripts/podman5-up.sh) || { log "the Podman 5.4 service did not come up"; exit 1; }
 envr=$(scripts/rootless-up.sh) || { log "the rootless Podman service did not come up"; exit 1; }
+envs=$(eval "$env4" && scripts/ssh-up.sh) || { log "the sshd in front of the Podman 4.3 service did not come up"; exit 1; }
 
 # One test binary for every row, readable by the rootless user.
 log "building the vm test binary"
@@ -64,7 +67,9 @@ run() (
 	eval "$2"
 	export PODVM_PODMAN_REMOTE="$4"
 	export PODVM_SERVER="$server" PODVM_PODMAN="$cli" PODVM_REQUIRE_PODMAN=1
-	version=$($as curl -sS --unix-socket "${CONTAINER_HOST#unix://}" http://d/v4.0.0/libpod/version |
+	sock=${CONTAINER_HOST#unix://}
+	case $CONTAINER_HOST in ssh://*) sock=/${CONTAINER_HOST#ssh://*/} ;; esac # the same machine's socket
+	version=$($as curl -sS --unix-socket "$sock" http://d/v4.0.0/libpod/version |
 		grep -o '"Version":"[^"]*"' | head -n 1 | cut -d'"' -f4)
 	echo "$version" >"$OUT/$server.version"
 	# A live owner's containers (a demo, a benchmark beside this run) are
@@ -101,11 +106,16 @@ reuse() (
 )
 
 # Two lanes, each a service of its own at a time.
-if [ -n "${PODVM_MATRIX_PODMAN4_LOG:-}" ]; then
-	reuse podman4 "$env4" "$PODVM_MATRIX_PODMAN4_LOG" &
-else
-	run podman4 "$env4" "$(command -v podman)" "" &
-fi
+{
+	if [ -n "${PODVM_MATRIX_PODMAN4_LOG:-}" ]; then
+		reuse podman4 "$env4" "$PODVM_MATRIX_PODMAN4_LOG"
+	else
+		run podman4 "$env4" "$(command -v podman)" ""
+	fi
+	# The 4.3 service again, reached as ssh://root@127.0.0.1:PORT/...: the
+	# agent is copied in, as for any remote service.
+	run ssh "$envs" "$(command -v podman)" "" "" "|TestSSHHostKey"
+} &
 lane1=$!
 {
 	run podman5 "$env5" "$REPO/scripts/podman5-cli" 1 # it has no local mode
@@ -117,7 +127,7 @@ lane1=$!
 lane2=$!
 wait $lane1 || true
 wait $lane2 || true
-SERVERS="podman4 podman5 rootless"
+SERVERS="podman4 ssh podman5 rootless"
 
 # --- the table ----------------------------------------------------------------------
 
