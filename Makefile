@@ -63,9 +63,11 @@ check-generate: generate ## fail if the committed mocks or agent binaries are st
 	@git diff --exit-code --stat -- '*mock*' internal/agent/bin || { echo "generated files are stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- '*mock*' internal/agent/bin)" || { echo "uncommitted generated files: commit them"; exit 1; }
 
-bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc in one table (BENCH_QUICK=1: a short smoke run)
+bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc in one table, then vm/kube against kubectl on the cluster of make kube (BENCH_QUICK=1: a short smoke run)
 	$(GO) test -run '^$$' -bench . -benchmem ./exec/
 	@$(WITH_PODMAN); cd bench && $(GO) run -tags 'remote containers_image_openpgp exclude_graphdriver_btrfs' .
+	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"; $(WITH_KUBE); \
+	$(GO) test -run '^$$' -bench . -benchtime $(if $(BENCH_QUICK),1x,3s) ./vm/kube/
 
 podman: ## bring up the project's Podman service and test image (idempotent)
 	@scripts/podman-up.sh
