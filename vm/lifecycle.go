@@ -64,7 +64,8 @@ func (s *sandbox) init(d podman.Driver, cfg Config) error {
 }
 
 // hosts holds what each service enforces, by service ([podman.Driver.Local]'s
-// name), learnt once per process.
+// name), learnt once per process, and forgotten when the service could not
+// be reached (it may come back as another kind).
 var hosts sync.Map
 
 // checkLimits learns what the service enforces, when its driver can tell,
@@ -158,6 +159,10 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return err // nothing was made
 	}
 	id, a, err := s.createStarted(ctx, mount)
+	if errors.Is(err, ErrUnavailable) {
+		_, service := s.d.Local()
+		hosts.Delete(service)
+	}
 	switch {
 	case err == nil:
 		s.made = true

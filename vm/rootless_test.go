@@ -86,3 +86,25 @@ func TestCLIRootlessLimits(t *testing.T) {
 		assert.ErrorContains(t, err, "a "+name+" limit")
 	}
 }
+
+// What a service enforces is asked again once it could not be reached:
+// it may have come back rootless.
+func TestHostForgottenWhenUnavailable(t *testing.T) {
+	t.Parallel()
+	svc := libpodtest.Serve(t, "4.3", libpodtest.Routes{
+		"GET /info":               libpodtest.Seq(libpodtest.Recorded("info"), libpodtest.Recorded("info-rootless")),
+		"POST /containers/create": libpodtest.Cut("container-create", 0),
+	})
+	newVM := func() *APIVM {
+		v, err := NewAPIVM(context.Background(), svc.URI, Config{Image: testImage, PodmanExec: true})
+		require.NoError(t, err)
+		return v
+	}
+	v := newVM()
+	require.ErrorIs(t, v.Create(context.Background()), ErrUnavailable)
+	_ = v.Remove(context.Background())
+
+	err := newVM().Create(context.Background())
+	require.ErrorIs(t, err, ErrNotSupported, "the rootless service's answer, not the cached rootful one")
+	assert.ErrorContains(t, err, "a pids limit")
+}

@@ -245,6 +245,7 @@ func (d *Driver) lifeline(ctx context.Context, id string) error {
 		d.mu.Unlock()
 		return nil
 	case <-line.done:
+		line.Close() // the newline's writer is blocked on the pipe
 		if line.err == nil {
 			return fmt.Errorf("%w: kube: pod %s: cat ended", driver.ErrContainerNotRunning, id)
 		}
@@ -385,6 +386,7 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	case <-first.seen:
 		return &attached{s: s, in: inW, out: outR}, nil
 	case <-s.done:
+		s.Close() // the gate's writer is blocked on the pipe
 		if s.err == nil {
 			return nil, fmt.Errorf("%w: kube: pod %s: the agent's stream ended before its handshake", driver.ErrContainerNotRunning, id)
 		}

@@ -64,8 +64,8 @@ esac
 printf '%s exited\n' "$m" >&2; cat >/dev/null 2>&1; exit $s`
 
 // Exec runs p in Main of pod id, as the container's user: the exec API
-// cannot run a command as another, so a p.User is refused unless it is
-// the container's (the sandbox passes its own). A command that could not
+// cannot run a command as another, and p.User is not looked at (the
+// sandbox passes its own user, which the pod already runs as). A command that could not
 // start is an error matching [exec.ErrNotFound], [exec.ErrPermission] or
 // [exec.ErrDirNotFound], with started false.
 func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {

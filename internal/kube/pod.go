@@ -147,7 +147,8 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 		p.Spec.RuntimeClassName = ptr(o.RuntimeClass)
 	}
 	if o.Lifetime > 0 {
-		p.Spec.ActiveDeadlineSeconds = ptr(int64(o.Lifetime.Seconds()))
+		// Whole seconds, rounded up: the API server refuses 0.
+		p.Spec.ActiveDeadlineSeconds = ptr(int64((o.Lifetime + time.Second - 1) / time.Second))
 	}
 	if o.Arch != "" {
 		p.Spec.NodeSelector = map[string]string{corev1.LabelArchStable: o.Arch}

@@ -164,6 +164,10 @@ func TestPodFields(t *testing.T) {
 		{name: "Arch", opts: func(o *Options) { o.Arch = "arm64" }, check: func(t *testing.T, p *corev1.Pod) {
 			assert.Equal(t, map[string]string{corev1.LabelArchStable: "arm64"}, p.Spec.NodeSelector)
 		}},
+		{name: "a sub-second Lifetime", opts: func(o *Options) { o.Lifetime = 300 * time.Millisecond }, check: func(t *testing.T, p *corev1.Pod) {
+			require.NotNil(t, p.Spec.ActiveDeadlineSeconds)
+			assert.Equal(t, int64(1), *p.Spec.ActiveDeadlineSeconds, "rounded up: the API server refuses 0")
+		}},
 		{name: "no Lifetime", opts: func(o *Options) { o.Lifetime = 0 }, check: func(t *testing.T, p *corev1.Pod) {
 			assert.Nil(t, p.Spec.ActiveDeadlineSeconds)
 		}},

@@ -18,8 +18,9 @@ type Host struct {
 	Controllers   []string // the cgroup controllers its containers can use
 }
 
-// Hoster is a [Driver] that can tell what its service enforces. Both
-// Podman drivers are; a driver that is not enforces every limit itself.
+// Hoster is implemented by a driver that can tell what its service
+// enforces: both Podman drivers. A driver that is not enforces, or
+// refuses, every limit itself.
 type Hoster interface {
 	Host(ctx context.Context) (Host, error)
 }
