@@ -31,6 +31,10 @@ func classify(op, what string, err error) error {
 	switch msg := err.Error(); {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("vm: kube: %s: %w", op, err)
+	case strings.Contains(msg, "would exceed context deadline"):
+		// client-go's rate limiter refuses to wait past ctx's deadline
+		// with an error of its own: the call was cut by the deadline.
+		return fmt.Errorf("vm: kube: %s: %w (%v)", op, context.DeadlineExceeded, err)
 	case apierrors.IsNotFound(err):
 		sentinel = driver.ErrNoSuchContainer
 	case apierrors.IsAlreadyExists(err):

@@ -6,6 +6,7 @@ package podmantest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io/fs"
@@ -132,6 +133,17 @@ func skipOrFail(t testing.TB, msg string) {
 	t.Skip(msg)
 }
 
+// stateDir is the scripts' state directory, $PODVM_STATE or the
+// repository's .podvm, with symlinks resolved.
+var stateDir = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := cmp.Or(os.Getenv("PODVM_STATE"), filepath.Join(filepath.Dir(file), "..", "..", ".podvm"))
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real
+	}
+	return filepath.Clean(dir)
+}()
+
 // Samples is the directory of podman's recorded failures,
 // CASE.EXITCODE.txt each holding what podman printed on stderr.
 var Samples = func() string {
@@ -162,6 +174,13 @@ func Sample(t testing.TB, name string) *exec.Result {
 func FilesHolding(dir, marker string) []string {
 	var found []string
 	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() && p == stateDir {
+			// The project's own services keep their storage here (Podman
+			// 5's, the cluster's containerd), and with it the sandboxes'
+			// own filesystems: not copies on the host. A clone in the
+			// temporary directory puts it inside dir.
+			return filepath.SkipDir
+		}
 		if err != nil || !e.Type().IsRegular() {
 			return nil
 		}
