@@ -132,7 +132,10 @@ PermitTunnel no
 PermitTTY no
 PermitUserRC no
 GatewayPorts no
-StrictModes yes
+# Off: sshd would refuse the key when any directory above $DIR is writable
+# by others, the sticky /tmp included (a clone there, as CI may make);
+# $DIR itself is root's, mode 0700, and the files in it root's 0600.
+StrictModes no
 LoginGraceTime 30
 # Each podman --url ssh:// run is an SSH connection of its own, and the
 # suite runs many at once: the default (10:30:100) drops some.
