@@ -2,6 +2,8 @@ package kube
 
 import (
 	"archive/tar"
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,100 +29,114 @@ import (
 // Main container. The exec API takes argv alone, so each command runs
 // under execScript, which sets its environment and working directory and
 // tells its failure to start from its exit, and the copies are tar in an
-// exec session.
+// exec session (tarScript).
+//
+// Both scripts end with marks, and the driver trusts nothing without
+// them: containerd and the API server drop output still in flight when an
+// exec's process exits, and client-go then reports success (a reader at 4
+// MiB/s lost 1-2 MiB of 25 MiB, and the exit status, in 8 runs of 8, over
+// WebSocket and SPDY alike). So once the command has exited the script
+// writes MARK and "end" on stdout, after everything of the command's,
+// and MARK and "exited STATUS" on stderr, and then holds the session open
+// by reading its own stdin, which the driver ends once it has read both
+// marks: everything before them has arrived, and the status is the
+// mark's. A session that ends without them is an error, never a short
+// result. MARK is random per session and reaches the script in two
+// halves, so no process of the sandbox can read it from the script's
+// argv (ps) and forge an end. The hold needs the session's stdin: for a
+// command that reads its own, the hold ends when that stdin does, and a
+// cut after it is detected (an error), not prevented.
 
-// execScript sets up a command as Podman's exec would and execs it:
+// execScript sets up a command as Podman's exec would and runs it:
 //
-//	sh -c execScript podvm-exec MARK DIR N IN KEY=VALUE... ARGV...
+//	sh -c execScript podvm-exec M1 M2 DIR N IN KEY=VALUE... ARGV...
 //
-// It changes to DIR when it is not empty, takes out the variables sh
-// itself exports (SHLVL, PWD, OLDPWD), exports the N entries (the
-// container's environment is the base), finds ARGV[0] as execve would
-// (a path as it is, else in $PATH), and execs it. When it cannot, it
-// prints MARK and a word (env, dir, notfound, perm) on stderr, alone, and
-// exits: MARK is random per run, so no command's own output is taken for
-// it. When IN is not empty the command has a stdin: once the command has
-// exited (or could not start) the script prints MARK and "exited" (or
-// why), and reads its stdin to the end, which the driver then gives it. containerd ends an exec session
-// only when the stdin it was given has been taken, so a command that
-// leaves its stdin unread would otherwise hang it, and a stdin that never
-// ends would hold it forever. It is POSIX sh: busybox's ash, dash, bash.
-const execScript = `m=$1 d=$2 n=$3 i=$4; shift 4
-no() { printf '%s %s\n' "$m" "$1" >&2; [ -n "$i" ] && cat >/dev/null 2>&1; exit 127; }
-if [ -n "$d" ]; then cd "$d" 2>/dev/null || no dir; fi
+// MARK is M1 and M2 together. It changes to DIR when it is not empty,
+// takes out the variables sh itself exports (SHLVL, PWD, OLDPWD), exports
+// the N entries (the container's environment is the base), finds ARGV[0]
+// as execve would (a path as it is, else in $PATH), and runs it in a
+// subshell, its stdin the session's when IN is not empty, else
+// /dev/null. When it cannot, its stderr mark says why (env, dir,
+// notfound, perm) and it exits 127. While the command runs, the script's
+// own stderr is /dev/null (the command has the session's, as fd 3 saved
+// it): a shell reports a child killed by a signal there ("Killed"). It is
+// POSIX sh: busybox's ash, dash, bash.
+const execScript = `m=$1$2 d=$3 n=$4 i=$5; shift 5
+end() { printf '%s end\n' "$m"; printf '%s %s\n' "$m" "$1" >&2; cat >/dev/null 2>&1; exit $2; }
+if [ -n "$d" ]; then cd "$d" 2>/dev/null || end dir 127; fi
 unset SHLVL PWD OLDPWD
-while [ "$n" -gt 0 ]; do export "$1" 2>/dev/null || no env; shift; n=$((n-1)); done
+while [ "$n" -gt 0 ]; do export "$1" 2>/dev/null || end env 127; shift; n=$((n-1)); done
 case $1 in
 */*) f=$1 ;;
 *) f=; set -f; o=$IFS; IFS=:
    for x in $PATH; do [ -f "${x:-.}/$1" ] && [ -x "${x:-.}/$1" ] && { f=${x:-.}/$1; break; }; done
    IFS=$o; set +f
-   [ -n "$f" ] || no notfound ;;
+   [ -n "$f" ] || end notfound 127 ;;
 esac
-[ -e "$f" ] || no notfound
-[ -d "$f" ] || [ ! -x "$f" ] && no perm
-[ -z "$i" ] && exec "$@"
-( exec "$@" ); s=$?
-printf '%s exited\n' "$m" >&2; cat >/dev/null 2>&1; exit $s`
+[ -e "$f" ] || end notfound 127
+[ -d "$f" ] || [ ! -x "$f" ] && end perm 127
+exec 3>&2 2>/dev/null
+if [ -n "$i" ]; then ( exec "$@" 2>&3 3>&- ); else ( exec "$@" 2>&3 3>&- </dev/null ); fi; s=$?
+exec 2>&3 3>&-
+end "exited $s" $s`
 
 // Exec runs p in Main of pod id, as the container's user: the exec API
 // cannot run a command as another, and p.User is not looked at (the
 // sandbox passes its own user, which the pod already runs as). A command that could not
 // start is an error matching [exec.ErrNotFound], [exec.ErrPermission] or
-// [exec.ErrDirNotFound], with started false.
+// [exec.ErrDirNotFound], with started false. A session that ended before
+// the script's marks is an error matching [driver.ErrUnavailable] (the
+// connection was cut) or [driver.ErrPodman] (the script itself ended
+// early: killed, or it could not fork).
 func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
 	if len(p.Argv) == 0 {
 		return 0, false, fmt.Errorf("%w: kube: exec: no command", exec.ErrInvalidCommand)
 	}
-	mark := "podvm-exec-" + randomHex() + ":"
+	for _, kv := range p.Env {
+		if name, _, _ := strings.Cut(kv, "="); !shellName(name) {
+			return 0, false, fmt.Errorf("%w: kube: environment variable %q: the exec path sets the environment through sh, which cannot export that name", driver.ErrNotSupported, name)
+		}
+	}
+	mark := newMark("podvm-exec-")
 	in := ""
 	if p.Stdin != nil {
 		in = "in"
 	}
-	argv := append([]string{"/bin/sh", "-c", execScript, "podvm-exec", mark, p.Workdir, strconv.Itoa(len(p.Env)), in}, p.Env...)
+	h := len(mark) / 2
+	argv := append([]string{"/bin/sh", "-c", execScript, "podvm-exec", mark[:h], mark[h:], p.Workdir, strconv.Itoa(len(p.Env)), in}, p.Env...)
 	argv = append(argv, p.Argv...)
-	var stdin *io.PipeWriter
-	f := &markFilter{mark: mark, w: orDiscard(p.Stderr), line: func(string) {
-		if stdin != nil {
-			stdin.Close() // the command has exited, or never ran: the rest of its stdin is not wanted
-		}
-	}}
-	stdout, stderr := &gated{w: orDiscard(p.Stdout)}, &gated{w: f}
-	so := remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr}
-	if p.Stdin != nil {
-		var r *io.PipeReader
-		r, stdin = io.Pipe()
-		so.Stdin = r
-		go func() {
-			_, err := io.Copy(stdin, p.Stdin)
-			stdin.CloseWithError(err)
-		}()
-		defer stdin.Close()
-	}
-	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: argv, Stdin: p.Stdin != nil, Stdout: true, Stderr: true})
+	s := newMarked(mark, p.Stdin, orDiscard(p.Stdout), orDiscard(p.Stderr))
+	defer s.stop()
+	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: argv, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return 0, false, err
 	}
-	err = ex.StreamWithContext(ctx, so)
-	// Writes that arrive after the session returned are dropped: the
-	// caller reads its writers now.
-	stdout.shut()
-	stderr.shut()
-	f.flush()
-	if why := f.failed(); why != "" {
-		return 0, false, startError(p.Argv[0], p.Workdir, why)
-	}
-	var ce utilexec.CodeExitError
+	err = s.stream(ctx, ex)
+	code, why, complete := s.result()
 	switch {
-	case err == nil:
-		return 0, true, nil
-	case errors.As(err, &ce):
-		return ce.Code, true, nil
+	case why != "":
+		return 0, false, startError(p.Argv[0], p.Workdir, why)
+	case complete && s.werr != nil:
+		return code, true, fmt.Errorf("vm: kube: exec in %s: writing its output: %w", id, s.werr)
+	case complete:
+		return code, true, nil
 	case ctx.Err() != nil:
 		return 0, true, fmt.Errorf("vm: kube: exec in %s: %w", id, ctx.Err())
 	}
-	started := stdout.n > 0 || stderr.n > 0
-	return 0, started, classify("exec in", id, err)
+	return 0, s.started(), s.cut("exec in", id, err)
+}
+
+// shellName reports whether sh can export a variable of this name.
+func shellName(name string) bool {
+	if name == "" || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // startError is the error of a command execScript could not start.
@@ -138,28 +154,128 @@ func startError(name, dir, why string) error {
 	return fmt.Errorf("%w: kube: %s could not start: %s", driver.ErrPodman, name, why)
 }
 
-// markFilter passes stderr to w but for execScript's lines, MARK and a
-// word: it takes them out, whatever the writes' boundaries, calls line
-// with the word of each, and keeps the word of one that says why the
-// command could not start (failed: any word but "exited"). It holds back
-// only what may be the start of such a line, until it knows.
+// marked is one exec session of a script that ends with the marks (see
+// the top of this file): it filters them out of stdout and stderr, and
+// ends the session's stdin once it has both. Its stdin is the caller's
+// (in) when there is one, copied until it ends; the session ends when the
+// script does.
+type marked struct {
+	out, errs *markFilter
+	stdin     *io.PipeReader
+	hold      *io.PipeWriter
+	werr      error // the first failure of an output writer, once streamed
+
+	mu    sync.Mutex
+	ended bool   // stdout's mark
+	word  string // stderr's mark's word: "exited STATUS", or why not
+}
+
+func newMarked(mark string, in io.Reader, stdout, stderr io.Writer) *marked {
+	s := &marked{}
+	s.stdin, s.hold = io.Pipe()
+	s.out = &markFilter{mark: mark, w: stdout, line: s.saw(true)}
+	s.errs = &markFilter{mark: mark, w: stderr, line: s.saw(false)}
+	if in != nil {
+		go func() {
+			_, err := io.Copy(s.hold, in)
+			s.hold.CloseWithError(err)
+		}()
+	}
+	return s
+}
+
+// saw returns the line callback of stdout's filter (out) or stderr's.
+func (s *marked) saw(out bool) func(string) {
+	return func(word string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case out && word == "end":
+			s.ended = true
+		case !out && s.word == "":
+			s.word = word
+		}
+		if s.ended && s.word != "" {
+			s.hold.Close() // both marks are in: the script may end
+		}
+	}
+}
+
+// stream runs the session to its end.
+func (s *marked) stream(ctx context.Context, ex remotecommand.Executor) error {
+	err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: s.stdin, Stdout: s.out, Stderr: s.errs})
+	s.stop()
+	return err
+}
+
+// stop drops what is written from now on (the caller reads its writers
+// once the call returned), passes on what the filters held, and ends the
+// session's stdin.
+func (s *marked) stop() {
+	s.hold.Close()
+	for _, f := range []*markFilter{s.out, s.errs} {
+		f.shut()
+	}
+	s.werr = cmp.Or(s.out.err, s.errs.err)
+}
+
+// result returns the script's status and its word when it was not
+// "exited", and whether both marks arrived.
+func (s *marked) result() (code int, why string, complete bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rest, exited := strings.CutPrefix(s.word, "exited ")
+	if !exited {
+		return 0, s.word, s.word != ""
+	}
+	code, err := strconv.Atoi(rest)
+	return code, "", s.ended && err == nil
+}
+
+// started reports that anything came back from the session.
+func (s *marked) started() bool { return s.out.n > 0 || s.errs.n > 0 }
+
+// cut is the error of a session that ended, with err, before its marks.
+func (s *marked) cut(what, id string, err error) error {
+	var ce utilexec.CodeExitError
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: kube: %s %s: the session ended without the script's end marks: output or the exit status may be lost", driver.ErrUnavailable, what, id)
+	case errors.As(err, &ce):
+		return fmt.Errorf("%w: kube: %s %s: the script ended (status %d) before the command's end: killed, or it could not fork", driver.ErrPodman, what, id, ce.Code)
+	}
+	return classify(what, id, err)
+}
+
+// markFilter passes a stream to w but for the scripts' lines, MARK and a
+// word: it takes them out, whatever the writes' boundaries, and calls
+// line with the word of each. It holds back only what may be the start
+// of such a line, until it knows. A failing w does not stop it: it keeps
+// the error, drops what follows and still finds the marks (the session
+// must reach them to end). Once shut it drops everything.
 type markFilter struct {
 	mark string
 	w    io.Writer
 	line func(word string)
-	held []byte
-	why  string
-	err  error
+
+	mu     sync.Mutex
+	held   []byte
+	n      int64 // bytes received
+	err    error // w's first
+	closed bool
 }
 
 func (f *markFilter) Write(p []byte) (int, error) {
-	if f.err != nil {
-		return 0, f.err
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return len(p), nil
 	}
+	f.n += int64(len(p))
 	data := append(f.held, p...)
 	f.held = nil
 	for len(data) > 0 {
-		i := strings.Index(string(data), f.mark)
+		i := bytes.Index(data, []byte(f.mark))
 		if i < 0 {
 			// Hold a tail that may be the mark's beginning.
 			k := min(len(data), len(f.mark)-1)
@@ -171,9 +287,9 @@ func (f *markFilter) Write(p []byte) (int, error) {
 		}
 		f.pass(data[:i])
 		line := data[i+len(f.mark):]
-		j := strings.IndexByte(string(line), '\n')
+		j := bytes.IndexByte(line, '\n')
 		if j < 0 {
-			if len(line) > 64 { // no word of execScript's is that long
+			if len(line) > 64 { // no word of the scripts' is that long
 				f.pass(data[i : i+len(f.mark)])
 				data = line
 				continue
@@ -181,16 +297,12 @@ func (f *markFilter) Write(p []byte) (int, error) {
 			f.held = append([]byte(nil), data[i:]...)
 			break
 		}
-		word := strings.TrimPrefix(string(line[:j]), " ")
-		if word != "exited" {
-			f.why = word
-		}
 		if f.line != nil {
-			f.line(word)
+			f.line(strings.TrimPrefix(string(line[:j]), " "))
 		}
 		data = line[j+1:]
 	}
-	return len(p), f.err
+	return len(p), nil
 }
 
 func (f *markFilter) pass(b []byte) {
@@ -199,38 +311,15 @@ func (f *markFilter) pass(b []byte) {
 	}
 }
 
-// flush passes on what is held: the stream has ended.
-func (f *markFilter) flush() {
-	f.pass(f.held)
-	f.held = nil
-}
-
-// failed returns the word of execScript's line saying that the command
-// could not start, "" when there is none.
-func (f *markFilter) failed() string { return f.why }
-
-// gated drops writes once shut, and counts the bytes it passed.
-type gated struct {
-	mu     sync.Mutex
-	w      io.Writer
-	n      int64
-	closed bool
-}
-
-func (g *gated) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return len(p), nil
+// shut passes on what is held (the stream has ended) and drops what
+// comes after.
+func (f *markFilter) shut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		f.pass(f.held)
+		f.held, f.closed = nil, true
 	}
-	g.n += int64(len(p))
-	return g.w.Write(p)
-}
-
-func (g *gated) shut() {
-	g.mu.Lock()
-	g.closed = true
-	g.mu.Unlock()
 }
 
 func orDiscard(w io.Writer) io.Writer {
@@ -240,27 +329,30 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-// tarScript is the copies' exec: `sh -c tarScript podvm-tar MARK in DIR`
-// extracts stdin into DIR; `... MARK out PATH` archives PATH, named after
-// its base name, following PATH itself when it is a symlink (a link to a
-// directory is archived from inside, as "./…", which [renameDot] names
-// after PATH). DIR and PATH come as printf octal escapes (octal): any
-// byte reaches the script, where the exec API's argv, carried by gRPC
-// strings, takes UTF-8 only. One that is not there is MARK and
-// "missing" on stderr. Extraction reads stdin to its end, tar or not, so
-// the exec session ends (containerd waits for the stdin it was given to
-// be taken); the driver ends that stdin once MARK says the copy failed.
-const tarScript = `m=$1 op=$2 p=$(printf "$3"; echo x); p=${p%x}
-no() { printf '%s %s\n' "$m" "$1" >&2; [ "$op" = in ] && cat >/dev/null 2>&1; exit 2; }
+// tarScript is the copies' exec: `sh -c tarScript podvm-tar M1 M2 in
+// DIR` extracts stdin into DIR; `... M1 M2 out PATH` archives PATH, named
+// after its base name, following PATH itself when it is a symlink (a
+// link to a directory is archived from inside, as "./…", which
+// [renameDot] names after PATH). DIR and PATH come as printf octal
+// escapes (octal): any byte reaches the script, where the exec API's
+// argv, carried by gRPC strings, takes UTF-8 only. It ends with the
+// marks, as execScript does (its stderr's word is "exited STATUS", or
+// "missing" when DIR or PATH is not there), and holds the session until
+// the driver ends its stdin: extraction reads the rest of the archive
+// after tar, so that the session ends (containerd waits for the stdin it
+// was given to be taken).
+const tarScript = `m=$1$2 op=$3 p=$(printf "$4"; echo x); p=${p%x}
+end() { printf '%s end\n' "$m"; printf '%s %s\n' "$m" "$1" >&2; cat >/dev/null 2>&1; exit $2; }
 case $op in
-in) cd "$p" 2>/dev/null || no missing; tar -x -f -; s=$?; cat >/dev/null; exit $s ;;
-out) [ -e "$p" ] || [ -L "$p" ] || no missing
-   [ "$p" = / ] && { cd / && exec tar -c -f - .; }
-   [ -L "$p" ] && [ -d "$p" ] && { cd "$p" && exec tar -c -f - .; }
-   d=${p%/*}; cd "${d:-/}" || no missing
-   [ -L "$p" ] && exec tar -c -h -f - "${p##*/}"
-   exec tar -c -f - "${p##*/}" ;;
-esac`
+in) cd "$p" 2>/dev/null || end missing 2; tar -x -f - ;;
+out) [ -e "$p" ] || [ -L "$p" ] || end missing 2
+   if [ "$p" = / ]; then cd / && tar -c -f - .
+   elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
+   else d=${p%/*}; cd "${d:-/}" || end missing 2
+     if [ -L "$p" ]; then tar -c -h -f - "${p##*/}"; else tar -c -f - "${p##*/}"; fi
+   fi ;;
+esac
+s=$?; end "exited $s" $s`
 
 // octal spells s as printf's octal escapes.
 func octal(s string) string {
@@ -287,6 +379,11 @@ func (d *Driver) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
 	renamed := make(chan error, 1)
 	go func() {
 		err := renameDot(pr, w, path.Base(p))
+		if err == nil {
+			// What follows the archive's end (GNU tar pads it to 10
+			// KiB) is read too, or the marks behind it never come.
+			_, err = io.Copy(io.Discard, pr)
+		}
 		pr.CloseWithError(err)
 		renamed <- err
 	}()
@@ -326,48 +423,35 @@ func renameDot(r io.Reader, w io.Writer, base string) error {
 }
 
 func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Writer) error {
-	mark := "podvm-tar-" + randomHex() + ":"
+	mark := newMark("podvm-tar-")
+	h := len(mark) / 2
 	stderr := capture.New(4 << 10)
-	var stdin *io.PipeWriter
-	f := &markFilter{mark: mark, w: stderr, line: func(string) {
-		if stdin != nil {
-			stdin.Close() // the copy failed: the rest of the archive is not wanted
-		}
-	}}
-	out := &gated{w: orDiscard(w)}
-	so := remotecommand.StreamOptions{Stdout: out, Stderr: &gated{w: f}}
-	if r != nil {
-		var pr *io.PipeReader
-		pr, stdin = io.Pipe()
-		so.Stdin = pr
-		go func() {
-			_, err := io.Copy(stdin, r)
-			stdin.CloseWithError(err)
-		}()
-		defer stdin.Close()
-	}
-	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: []string{"/bin/sh", "-c", tarScript, "podvm-tar", mark, op, octal(p)},
-		Stdin: r != nil, Stdout: true, Stderr: true})
+	s := newMarked(mark, r, orDiscard(w), stderr)
+	defer s.stop()
+	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: []string{"/bin/sh", "-c", tarScript, "podvm-tar", mark[:h], mark[h:], op, octal(p)},
+		Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return err
 	}
-	err = ex.StreamWithContext(ctx, so)
-	out.shut()
-	f.flush()
-	msg := strings.TrimSpace(stderr.String())
-	var ce utilexec.CodeExitError
+	err = s.stream(ctx, ex)
+	code, why, complete := s.result()
 	switch {
-	case f.failed() == "missing":
+	case why == "missing":
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, fs.ErrNotExist)
-	case err == nil:
+	case complete && code != 0:
+		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, code, strings.TrimSpace(stderr.String()))
+	case complete && s.werr != nil:
+		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, s.werr)
+	case complete:
 		return nil
-	case errors.As(err, &ce):
-		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, ce.Code, msg)
 	case ctx.Err() != nil:
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, ctx.Err())
 	}
-	return classify("copy "+op, p, err)
+	return s.cut("copy "+op, p, err)
 }
+
+// newMark returns a fresh mark for the scripts: prefix, random, ":".
+func newMark(prefix string) string { return prefix + randomHex() + ":" }
 
 func randomHex() string {
 	var b [8]byte

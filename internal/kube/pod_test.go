@@ -202,38 +202,51 @@ func TestDenyAll(t *testing.T) {
 	assert.Equal(t, "true", np.Labels["io.podvm.managed"])
 }
 
-// The exec path's stderr: execScript's lines are taken out, anything
-// else passes unchanged, however it is split.
+// The scripts' streams: their mark lines are taken out and their words
+// reported, anything else passes unchanged, however it is split, and a
+// failing writer does not hide a mark behind it.
 func TestMarkFilter(t *testing.T) {
 	const mark = "podvm-exec-0123:"
 	for _, c := range []struct {
 		writes []string
 		out    string
-		why    string
-		exited bool
+		words  []string
 	}{
-		{writes: []string{mark + " notfound\n"}, why: "notfound"},
-		{writes: []string{"podvm", "-exec-0123: d", "ir\n"}, why: "dir"},
+		{writes: []string{mark + " notfound\n"}, words: []string{"notfound"}},
+		{writes: []string{"podvm", "-exec-0123: d", "ir\n"}, words: []string{"dir"}},
 		{writes: []string{"hello\n"}, out: "hello\n"},
 		{writes: []string{"pod", "x"}, out: "podx"},
-		{writes: []string{"err\n" + mark + " exited\n"}, out: "err\n", exited: true},
-		{writes: []string{"err\npodvm-ex", "ec-0123: exi", "ted\nlate"}, out: "err\nlate", exited: true},
+		{writes: []string{"out" + mark + " end\n"}, out: "out", words: []string{"end"}},
+		{writes: []string{"err\n" + mark + " exited 3\n"}, out: "err\n", words: []string{"exited 3"}},
+		{writes: []string{"err\npodvm-ex", "ec-0123: exi", "ted 0\nlate"}, out: "err\nlate", words: []string{"exited 0"}},
 		{writes: []string{mark}, out: mark},
 		{writes: []string{"podvm-exec-99"}, out: "podvm-exec-99"},
 		{writes: nil},
 	} {
 		var b stringsBuilder
-		exited := false
-		f := &markFilter{mark: mark, w: &b, line: func(w string) { exited = exited || w == "exited" }}
+		var words []string
+		f := &markFilter{mark: mark, w: &b, line: func(w string) { words = append(words, w) }}
 		for _, w := range c.writes {
 			_, _ = f.Write([]byte(w))
 		}
-		f.flush()
+		f.shut()
+		_, _ = f.Write([]byte("after shut"))
 		assert.Equal(t, c.out, b.String(), "%q", c.writes)
-		assert.Equal(t, c.why, f.failed(), "%q", c.writes)
-		assert.Equal(t, c.exited, exited, "%q", c.writes)
+		assert.Equal(t, c.words, words, "%q", c.writes)
 	}
+	var words []string
+	f := &markFilter{mark: mark, w: failing{}, line: func(w string) { words = append(words, w) }}
+	n, err := f.Write([]byte("data"))
+	assert.Equal(t, 4, n)
+	assert.NoError(t, err, "the filter must keep reading for the marks")
+	_, _ = f.Write([]byte("more " + mark + " end\n"))
+	assert.Equal(t, []string{"end"}, words)
+	assert.ErrorIs(t, f.err, io.ErrClosedPipe)
 }
+
+type failing struct{}
+
+func (failing) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
 
 type stringsBuilder struct{ b []byte }
 
@@ -266,4 +279,36 @@ func TestRenameDot(t *testing.T) {
 		names = append(names, h.Name)
 	}
 	assert.Equal(t, []string{"dl/", "dl/f", "dl/sub/g"}, names)
+}
+
+// A container that cannot start for want of a program the pod runs is
+// ErrNotSupported, whichever runtime says it and however the kubelet
+// reports it; other failures are not.
+func TestLacking(t *testing.T) {
+	runc := `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: "tar": executable file not found in $PATH: unknown`
+	crun := "executable file `cat` not found in $PATH: No such file or directory: OCI runtime attempted to invoke a command that was not found"
+	path := `exec: "/bin/sh": stat /bin/sh: no such file or directory`
+	for _, c := range []struct {
+		name string
+		st   corev1.ContainerStatus
+		want bool
+	}{
+		{"waiting, runc", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError", Message: runc}}}, true},
+		{"terminated, crun", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: crun}}}, true},
+		{"back-off after, path", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Message: path}}}, true},
+		{"pulling", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found in $PATH"}}}, false},
+		{"exited 1", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "tar: short read"}}}, false},
+		{"running", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}, false},
+	} {
+		err := lacking("p", c.st)
+		if !c.want {
+			assert.NoError(t, err, c.name)
+			continue
+		}
+		assert.ErrorIs(t, err, driver.ErrNotSupported, c.name)
+		p := &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{c.st}}}
+		p.Name = "p"
+		assert.ErrorIs(t, failure(p), driver.ErrNotSupported, c.name)
+	}
 }
