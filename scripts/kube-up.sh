@@ -145,6 +145,9 @@ print_env() {
 	echo "export PODVM_KUBE_POD_PIDS_LIMIT=$PIDS_LIMIT"
 	echo "export PODVM_KUBE_VERSION=$KVER"
 	echo "export PODVM_KUBECTL=$BIN/kubectl"
+	# An image with no shell, tar or cat, present on the node: the pause
+	# image, for the tests of an image podvm's pods cannot run.
+	echo "export PODVM_KUBE_SHELLLESS_IMAGE=$(cat "$KC/pause.ref" 2>/dev/null)"
 }
 ready() {
 	for c in $COMPONENTS; do pid_of "$c" >/dev/null || return 1; done

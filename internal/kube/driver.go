@@ -40,6 +40,8 @@ import (
 	"io"
 	"net/url"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -493,6 +495,9 @@ func failure(p *corev1.Pod) error {
 	}
 	all := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
 	for _, st := range all {
+		if err := lacking(p.Name, st); err != nil {
+			return err
+		}
 		if w := st.State.Waiting; w != nil {
 			switch {
 			case imageReasons[w.Reason]:
@@ -514,6 +519,34 @@ func failure(p *corev1.Pod) error {
 		return fmt.Errorf("%w: kube: pod %s has ended (%s): %s %s", driver.ErrContainerNotRunning, p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
 	}
 	return nil
+}
+
+// lacking says that container st of pod podName could not start because
+// the image lacks a program podvm's pods run (/bin/sh for the gate and
+// the exec path's scripts, tar for Install, cat for the exec path's PID
+// 1), or nil when it is not that.
+func lacking(podName string, st corev1.ContainerStatus) error {
+	var msgs []string
+	if w := st.State.Waiting; w != nil && startReasons[w.Reason] {
+		msgs = append(msgs, w.Message)
+	}
+	if t := st.State.Terminated; t != nil && t.ExitCode != 0 {
+		msgs = append(msgs, t.Message)
+	}
+	if t := st.LastTerminationState.Terminated; t != nil {
+		msgs = append(msgs, t.Message)
+	}
+	// runc: exec: "tar": executable file not found in $PATH; crun:
+	// executable file `tar` not found in $PATH; either, for a path:
+	// exec: "/bin/sh": stat /bin/sh: no such file or directory.
+	i := slices.IndexFunc(msgs, func(msg string) bool {
+		return strings.Contains(msg, "not found in $PATH") || strings.Contains(msg, "exec") && strings.Contains(msg, "no such file or directory")
+	})
+	if i < 0 {
+		return nil
+	}
+	msg := msgs[i]
+	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
 }
 
 // describe says where pod p is, for an error after a wait timed out.
