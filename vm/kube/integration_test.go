@@ -415,3 +415,66 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	t.Errorf("policies left after Remove: %d", len(policies.Items))
 }
+
+// A reader slower than the command: containerd and the API server drop
+// output still in flight when an exec's process exits, and client-go then
+// reports success. No path may return a short stdout or lose the exit
+// status: 24 MiB through a writer taking 4 MiB/s.
+func TestSlowReader(t *testing.T) {
+	e := need(t)
+	const size = 24 << 20
+	for _, viaExec := range []bool{false, true} {
+		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			v, err := kube.New(ctx, e.config(vm.Config{PodmanExec: viaExec}), e.options()...)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, v.Remove(context.Background())) }()
+			require.NoError(t, v.Create(ctx))
+			w := &slowWriter{rate: 4 << 20}
+			res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", fmt.Sprintf("head -c %d /dev/zero; echo done >&2; exit 3", size)}, Stdout: w})
+			require.NoError(t, err)
+			assert.Equal(t, int64(size), w.n, "bytes of stdout")
+			assert.Equal(t, 3, res.ExitCode)
+			assert.Equal(t, "done\n", res.Stderr)
+		})
+	}
+}
+
+// slowWriter takes rate bytes a second, and counts them.
+type slowWriter struct {
+	rate int64
+	n    int64
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	time.Sleep(time.Duration(int64(len(p)) * int64(time.Second) / w.rate))
+	return len(p), nil
+}
+
+// An image without /bin/sh, tar or cat (the node's pause image) cannot
+// carry podvm's pod: Create says so as ErrNotSupported on both paths, and
+// leaves no pod.
+func TestImageWithoutShell(t *testing.T) {
+	e := need(t)
+	image := os.Getenv("PODVM_KUBE_SHELLLESS_IMAGE")
+	if image == "" {
+		if required() {
+			t.Fatal("PODVM_KUBE_SHELLLESS_IMAGE (an image without a shell on the node: scripts/kube-up.sh exports it) is not set")
+		}
+		t.Skip("PODVM_KUBE_SHELLLESS_IMAGE is not set")
+	}
+	for _, viaExec := range []bool{false, true} {
+		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			v, err := kube.New(ctx, e.config(vm.Config{Image: image, PodmanExec: viaExec}), e.options()...)
+			require.NoError(t, err)
+			err = v.Create(ctx)
+			assert.ErrorIs(t, err, vm.ErrNotSupported)
+			assert.ErrorContains(t, err, "lacks")
+			assert.NoError(t, v.Remove(context.Background()))
+		})
+	}
+}
