@@ -93,7 +93,10 @@ func requireNothingLeft(t *testing.T, pids []int, mark string) {
 // left, and Run returns on time.
 func TestRunContainsEscapes(t *testing.T) {
 	t.Parallel()
-	const stopAfter = 500 * time.Millisecond
+	// Long enough for the escaped process to print its pid first: these
+	// subtests start 30 helpers at once under the race detector, and at
+	// 500 ms a loaded machine sometimes ran out of it.
+	const stopAfter = 2 * time.Second
 	for _, c := range strict(t) {
 		for _, how := range []string{"setsid", "setpgid", "doublefork", "clearenv", "rename"} {
 			for _, end := range []string{"timeout", "cancel", "exit"} {
