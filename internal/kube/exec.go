@@ -233,7 +233,7 @@ func (s *marked) result() (code int, why string, complete bool) {
 }
 
 // started reports that anything came back from the session.
-func (s *marked) started() bool { return s.out.n > 0 || s.errs.n > 0 }
+func (s *marked) started() bool { return s.out.received() > 0 || s.errs.received() > 0 }
 
 // cut is the error of a session that ended, with err, before its marks.
 func (s *marked) cut(what, id string, err error) error {
@@ -303,6 +303,13 @@ func (f *markFilter) Write(p []byte) (int, error) {
 		data = line[j+1:]
 	}
 	return len(p), nil
+}
+
+// received is how many bytes were written to f before it was shut.
+func (f *markFilter) received() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
 }
 
 func (f *markFilter) pass(b []byte) {
