@@ -26,6 +26,10 @@
 // closes, and it kills everything and exits. The pod's
 // activeDeadlineSeconds bounds it anyway.
 //
+// For Network "none", Create makes a deny-all NetworkPolicy right after
+// the pod, before anything of the caller's runs in it, owned by the pod
+// from its creation: the garbage collector deletes it with the pod.
+//
 // Without the agent (the exec path), Main runs cat on the same kind of
 // stdin, held by an attach of the driver's, and each command is an exec
 // session wrapped in a small sh script (exec.go): the exec API takes argv
@@ -47,7 +51,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -100,18 +103,17 @@ type Driver struct {
 	c *Client
 	o Options
 
-	mu       sync.Mutex
-	arch     string             // the nodes' architecture, once Image found it
-	pending  map[string]bool    // pods whose Install waits for the agent's tar
-	lines    map[string]*stream // the exec path: the attach holding Main's stdin
-	policies map[string]string  // pod → its deny-all NetworkPolicy
+	mu      sync.Mutex
+	arch    string             // the nodes' architecture, once Image found it
+	pending map[string]bool    // pods whose Install waits for the agent's tar
+	lines   map[string]*stream // the exec path: the attach holding Main's stdin
 }
 
 var _ driver.Driver = (*Driver)(nil)
 
 // New returns the driver that makes pods through c as o says.
 func New(c *Client, o Options) *Driver {
-	return &Driver{c: c, o: o, pending: map[string]bool{}, lines: map[string]*stream{}, policies: map[string]string{}}
+	return &Driver{c: c, o: o, pending: map[string]bool{}, lines: map[string]*stream{}}
 }
 
 // Image returns the architecture of the cluster's nodes (the first Ready
@@ -170,10 +172,20 @@ func (d *Driver) Local() (bool, string) { return false, "kube:" + d.c.REST.Host 
 const labelSandbox = "io.podvm.kube.sandbox"
 
 // Create makes the pod for spec (and, for Network "none", its deny-all
-// NetworkPolicy, first, so the pod never runs without it) and returns its
-// name. With spec.Agent it returns at once: Install waits for the agent's
-// tar ([Driver.CopyIn]). Otherwise it attaches to Main's stdin once Main
-// runs (lifeline), which holds the pod up until [Driver.Remove].
+// NetworkPolicy, owned by the pod) and returns its name. With spec.Agent
+// it returns at once: Install waits for the agent's tar ([Driver.CopyIn]).
+// Otherwise it attaches to Main's stdin once Main runs (lifeline), which
+// holds the pod up until [Driver.Remove].
+//
+// The pod comes first, so that the policy can name its owner in the body
+// that creates it: from then on the garbage collector deletes it with the
+// pod, whoever deletes the pod and whatever happens to the caller; no
+// policy is ever left without a pod. The pod runs nothing of the caller's
+// before the policy exists, as nothing runs before Create returns (pod.go):
+// on the agent's path Install's tar reads the agent from its stdin, fed
+// by CopyIn, and Main waits behind the gate for Attach; on the exec path
+// Main's cat reads a stdin nobody writes to, and a command runs only in
+// an exec session ([Driver.Exec]).
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	d.mu.Lock()
 	o := d.o
@@ -183,47 +195,44 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var policy string
+	var key string
 	if spec.Network == "none" {
-		key := randomHex()
+		key = randomHex()
 		p.Labels[labelSandbox] = key
-		np, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Create(ctx, denyAll(d.o.Namespace, labelSandbox, key, p.Labels), metav1.CreateOptions{})
-		if err != nil {
-			return "", classify("create network policy", "", err)
-		}
-		policy = np.Name
 	}
 	made, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
-		if policy != "" {
-			d.deletePolicy(context.WithoutCancel(ctx), policy)
-		}
 		return "", classify("create pod", spec.Name, err)
 	}
 	id := made.Name
-	d.mu.Lock()
-	if policy != "" {
-		d.policies[id] = policy
-	}
-	if spec.Agent != "" {
-		d.pending[id] = true
-	}
-	d.mu.Unlock()
-	if policy != "" {
-		// The pod owns its policy: the garbage collector deletes it with
-		// the pod, whoever deletes the pod.
-		ref := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, id, made.UID)
-		if _, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Patch(ctx, policy, types.MergePatchType, []byte(ref), metav1.PatchOptions{}); err != nil {
-			return id, classify("own network policy", policy, err)
+	if key != "" {
+		np := denyAll(d.o.Namespace, labelSandbox, key, p.Labels)
+		np.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: id, UID: made.UID}}
+		if _, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+			err = classify("create network policy for pod", id, err)
+			// With a context of its own: ctx may be what ended the create.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if derr := d.deletePod(dctx, id); derr != nil {
+				err = errors.Join(err, derr)
+			}
+			return "", err
 		}
 	}
 	if spec.Agent != "" {
+		d.mu.Lock()
+		d.pending[id] = true
+		d.mu.Unlock()
 		return id, nil
 	}
 	return id, d.retry(ctx, id, "attaching to the sandbox", func() (bool, error) {
 		return true, d.lifeline(ctx, id)
 	})
 }
+
+// cleanupTimeout bounds the deletion of a pod whose Create failed after
+// it was made.
+const cleanupTimeout = 30 * time.Second
 
 // lifeline attaches to cat's stdin in Main of pod id, and keeps the
 // attach. A line written to it comes back once the attach is up; only
@@ -415,32 +424,28 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 }
 
 // Remove deletes pod id at once (grace period 0: the API object goes now,
-// the kubelet kills its containers), and its NetworkPolicy; a pod already
-// gone is no error.
+// the kubelet kills its containers; its NetworkPolicy goes with it, by
+// the garbage collector); a pod already gone is no error.
 func (d *Driver) Remove(ctx context.Context, id string) error {
 	d.mu.Lock()
-	line, policy := d.lines[id], d.policies[id]
+	line := d.lines[id]
 	delete(d.lines, id)
-	delete(d.policies, id)
 	delete(d.pending, id)
 	d.mu.Unlock()
 	if line != nil {
 		line.Close()
 	}
+	return d.deletePod(ctx, id)
+}
+
+// deletePod deletes pod id with grace period 0; one already gone is no
+// error.
+func (d *Driver) deletePod(ctx context.Context, id string) error {
 	err := d.c.CS.CoreV1().Pods(d.o.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return classify("delete pod", id, err)
 	}
-	if policy != "" {
-		d.deletePolicy(ctx, policy)
-	}
 	return nil
-}
-
-// deletePolicy deletes a NetworkPolicy of ours; one already gone (its pod's
-// garbage collection) is fine, and a failure leaves it to that.
-func (d *Driver) deletePolicy(ctx context.Context, name string) {
-	_ = d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // List returns the pods of the namespace carrying label ("key=value").
