@@ -26,10 +26,21 @@
 // closes, and it kills everything and exits. The pod's
 // activeDeadlineSeconds bounds it anyway.
 //
+// For Network "none", Create makes a deny-all NetworkPolicy right after
+// the pod, before anything of the caller's runs in it, owned by the pod
+// from its creation: the garbage collector deletes it with the pod.
+//
 // Without the agent (the exec path), Main runs cat on the same kind of
 // stdin, held by an attach of the driver's, and each command is an exec
 // session wrapped in a small sh script (exec.go): the exec API takes argv
 // alone, no environment, working directory or user.
+//
+// Remove ends PID 1 before it deletes the pod: it closes the stdin of the
+// attach the driver holds on either path, waits (5 s at most) for that
+// attach to end, which it does once Main's process has exited, and only
+// then deletes the pod with grace period 0. The API object, and so its
+// NetworkPolicy, never goes while the sandbox's processes may still run;
+// and it goes at once, as a graceful deletion's would not.
 package kube
 
 import (
@@ -49,7 +60,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -102,18 +112,17 @@ type Driver struct {
 	c *Client
 	o Options
 
-	mu       sync.Mutex
-	arch     string             // the nodes' architecture, once Image found it
-	pending  map[string]bool    // pods whose Install waits for the agent's tar
-	lines    map[string]*stream // the exec path: the attach holding Main's stdin
-	policies map[string]string  // pod → its deny-all NetworkPolicy
+	mu      sync.Mutex
+	arch    string             // the nodes' architecture, once Image found it
+	pending map[string]bool    // pods whose Install waits for the agent's tar
+	held    map[string]*stream // pod → the attach holding Main's stdin (both paths)
 }
 
 var _ driver.Driver = (*Driver)(nil)
 
 // New returns the driver that makes pods through c as o says.
 func New(c *Client, o Options) *Driver {
-	return &Driver{c: c, o: o, pending: map[string]bool{}, lines: map[string]*stream{}, policies: map[string]string{}}
+	return &Driver{c: c, o: o, pending: map[string]bool{}, held: map[string]*stream{}}
 }
 
 // Image returns the architecture of the cluster's nodes (the first Ready
@@ -172,10 +181,20 @@ func (d *Driver) Local() (bool, string) { return false, "kube:" + d.c.REST.Host 
 const labelSandbox = "io.podvm.kube.sandbox"
 
 // Create makes the pod for spec (and, for Network "none", its deny-all
-// NetworkPolicy, first, so the pod never runs without it) and returns its
-// name. With spec.Agent it returns at once: Install waits for the agent's
-// tar ([Driver.CopyIn]). Otherwise it attaches to Main's stdin once Main
-// runs (lifeline), which holds the pod up until [Driver.Remove].
+// NetworkPolicy, owned by the pod) and returns its name. With spec.Agent
+// it returns at once: Install waits for the agent's tar ([Driver.CopyIn]).
+// Otherwise it attaches to Main's stdin once Main runs (lifeline), which
+// holds the pod up until [Driver.Remove].
+//
+// The pod comes first, so that the policy can name its owner in the body
+// that creates it: from then on the garbage collector deletes it with the
+// pod, whoever deletes the pod and whatever happens to the caller; no
+// policy is ever left without a pod. The pod runs nothing of the caller's
+// before the policy exists, as nothing runs before Create returns (pod.go):
+// on the agent's path Install's tar reads the agent from its stdin, fed
+// by CopyIn, and Main waits behind the gate for Attach; on the exec path
+// Main's cat reads a stdin nobody writes to, and a command runs only in
+// an exec session ([Driver.Exec]).
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	d.mu.Lock()
 	o := d.o
@@ -185,47 +204,44 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var policy string
+	var key string
 	if spec.Network == "none" {
-		key := randomHex()
+		key = randomHex()
 		p.Labels[labelSandbox] = key
-		np, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Create(ctx, denyAll(d.o.Namespace, labelSandbox, key, p.Labels), metav1.CreateOptions{})
-		if err != nil {
-			return "", classify("create network policy", "", err)
-		}
-		policy = np.Name
 	}
 	made, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
-		if policy != "" {
-			d.deletePolicy(context.WithoutCancel(ctx), policy)
-		}
 		return "", classify("create pod", spec.Name, err)
 	}
 	id := made.Name
-	d.mu.Lock()
-	if policy != "" {
-		d.policies[id] = policy
-	}
-	if spec.Agent != "" {
-		d.pending[id] = true
-	}
-	d.mu.Unlock()
-	if policy != "" {
-		// The pod owns its policy: the garbage collector deletes it with
-		// the pod, whoever deletes the pod.
-		ref := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, id, made.UID)
-		if _, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Patch(ctx, policy, types.MergePatchType, []byte(ref), metav1.PatchOptions{}); err != nil {
-			return id, classify("own network policy", policy, err)
+	if key != "" {
+		np := denyAll(d.o.Namespace, labelSandbox, key, p.Labels)
+		np.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: id, UID: made.UID}}
+		if _, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+			err = classify("create network policy for pod", id, err)
+			// With a context of its own: ctx may be what ended the create.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if derr := d.deletePod(dctx, id); derr != nil {
+				err = errors.Join(err, derr)
+			}
+			return "", err
 		}
 	}
 	if spec.Agent != "" {
+		d.mu.Lock()
+		d.pending[id] = true
+		d.mu.Unlock()
 		return id, nil
 	}
 	return id, d.retry(ctx, id, "attaching to the sandbox", func() (bool, error) {
 		return true, d.lifeline(ctx, id)
 	})
 }
+
+// cleanupTimeout bounds the deletion of a pod whose Create failed after
+// it was made.
+const cleanupTimeout = 30 * time.Second
 
 // lifeline attaches to cat's stdin in Main of pod id, and keeps the
 // attach. A line written to it comes back once the attach is up; only
@@ -243,7 +259,7 @@ func (d *Driver) lifeline(ctx context.Context, id string) error {
 	select {
 	case <-echo.seen:
 		d.mu.Lock()
-		d.lines[id] = line
+		d.held[id] = line
 		d.mu.Unlock()
 		return nil
 	case <-line.done:
@@ -386,6 +402,11 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	}()
 	select {
 	case <-first.seen:
+		// Held for Remove, which waits for it to end (the agent's exit)
+		// before deleting the pod.
+		d.mu.Lock()
+		d.held[id] = s
+		d.mu.Unlock()
 		return &attached{s: s, in: inW, out: outR}, nil
 	case <-s.done:
 		s.Close() // the gate's writer is blocked on the pipe
@@ -400,7 +421,7 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 }
 
 // attached is Main's stdio as a stream: reads are its stdout, writes its
-// stdin; Close ends the attach (and, stdinOnce, the agent).
+// stdin.
 type attached struct {
 	s   *stream
 	in  *io.PipeWriter
@@ -409,40 +430,69 @@ type attached struct {
 
 func (a *attached) Read(p []byte) (int, error)  { return a.out.Read(p) }
 func (a *attached) Write(p []byte) (int, error) { return a.in.Write(p) }
-func (a *attached) Close() error                { a.s.Close(); return nil }
+
+// Close closes Main's stdin, and so ends the agent (stdinOnce: it kills
+// everything and exits), and stops reading its stdout. It does not cut
+// the attach: that ends by itself once the agent has exited, which
+// [Driver.Remove], called after Close or not, waits for. Past endWait
+// it is cut anyway.
+func (a *attached) Close() error {
+	a.s.closeStdin()
+	go a.s.end(context.Background(), endWait)
+	return nil
+}
 
 // Start is never needed: the agent's channel is its stdio, attached.
 func (d *Driver) Start(ctx context.Context, id string) error {
 	return fmt.Errorf("%w: kube: starting a pod without attaching to it", driver.ErrNotSupported)
 }
 
-// Remove deletes pod id at once (grace period 0: the API object goes now,
-// the kubelet kills its containers), and its NetworkPolicy; a pod already
-// gone is no error.
+// Remove ends PID 1 of pod id, then deletes the pod; a pod already gone
+// is no error.
+//
+// It closes the stdin of the attach the driver holds to Main (the
+// agent's, or the exec path's lifeline): stdinOnce, the container's
+// stdin closes, and the agent kills everything and exits, or cat exits
+// (and the runtime kills what else runs in the container, whose PID
+// namespace is the pod's). It then waits
+// for that attach to end by itself, which it does only once Main's
+// process has exited, for endWait (5 s) at most and while ctx lasts.
+// Only then does it delete the pod, with grace period 0: the API object
+// goes at once, and with it, through the garbage collector, the pod's
+// NetworkPolicy. Deleted first, the pod's containers would still run for
+// a moment while its policy may already be gone: a process left in it
+// could use the network. A graceful deletion instead would keep the
+// object 1 to 4 s after Remove, a container that looks leaked.
+//
+// In the normal case the wait is that of Main's exit reaching the
+// caller through the kubelet and the API server. Without an attach held
+// (another process made the pod, or Attach never succeeded), the pod is
+// deleted at once.
 func (d *Driver) Remove(ctx context.Context, id string) error {
 	d.mu.Lock()
-	line, policy := d.lines[id], d.policies[id]
-	delete(d.lines, id)
-	delete(d.policies, id)
+	held := d.held[id]
+	delete(d.held, id)
 	delete(d.pending, id)
 	d.mu.Unlock()
-	if line != nil {
-		line.Close()
+	if held != nil {
+		held.end(ctx, endWait)
 	}
+	return d.deletePod(ctx, id)
+}
+
+// endWait bounds the wait for an attach to end by itself once its stdin
+// is closed: [Driver.Remove]'s for Main's exit, and [attached.Close]'s
+// before it cuts the attach. A variable for the tests.
+var endWait = 5 * time.Second
+
+// deletePod deletes pod id with grace period 0; one already gone is no
+// error.
+func (d *Driver) deletePod(ctx context.Context, id string) error {
 	err := d.c.CS.CoreV1().Pods(d.o.Namespace).Delete(ctx, id, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return classify("delete pod", id, err)
 	}
-	if policy != "" {
-		d.deletePolicy(ctx, policy)
-	}
 	return nil
-}
-
-// deletePolicy deletes a NetworkPolicy of ours; one already gone (its pod's
-// garbage collection) is fine, and a failure leaves it to that.
-func (d *Driver) deletePolicy(ctx context.Context, name string) {
-	_ = d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // List returns the pods of the namespace carrying label ("key=value").
@@ -458,14 +508,15 @@ func (d *Driver) List(ctx context.Context, label string) ([]driver.Container, er
 	return out, nil
 }
 
-// Close ends the attaches the driver holds (the exec path's).
+// Close ends the attaches the driver holds (those of the pods not
+// removed).
 func (d *Driver) Close() {
 	d.mu.Lock()
-	lines := d.lines
-	d.lines = map[string]*stream{}
+	held := d.held
+	d.held = map[string]*stream{}
 	d.mu.Unlock()
-	for _, l := range lines {
-		l.Close()
+	for _, s := range held {
+		s.Close()
 	}
 }
 
@@ -568,9 +619,9 @@ func describe(p *corev1.Pod) string {
 type stream struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
-	err     error // once done is closed
-	closers []io.Closer
-	once    sync.Once
+	err     error       // once done is closed
+	closers []io.Closer // the session's stdin, and what reads its output
+	once    sync.Once   // closes the closers
 }
 
 // Close ends the session and waits (a moment at most) for it to return.
@@ -580,21 +631,37 @@ type stream struct {
 // gives it a moment (250 ms) to: a connection cut under it makes
 // client-go log its goroutines' read errors.
 func (s *stream) Close() error {
+	s.end(context.Background(), 250*time.Millisecond)
+	return nil
+}
+
+// closeStdin closes the session's stdin (the closers), once.
+func (s *stream) closeStdin() {
 	s.once.Do(func() {
 		for _, c := range s.closers {
 			c.Close()
 		}
-		select {
-		case <-s.done:
-		case <-time.After(250 * time.Millisecond):
-		}
-		s.cancel()
 	})
+}
+
+// end closes the session's stdin and waits for the session to end by
+// itself, until bound has passed or ctx ends; then it cuts the session,
+// and waits (a moment at most) for it to return.
+func (s *stream) end(ctx context.Context, bound time.Duration) {
+	s.closeStdin()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.cancel()
 	select {
 	case <-s.done:
 	case <-time.After(5 * time.Second):
 	}
-	return nil
 }
 
 // open starts the session sub ("attach" or "exec") on pod id with

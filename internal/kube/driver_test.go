@@ -1,0 +1,242 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/podvm/podvm/internal/driver"
+)
+
+// fakeDriver is a driver on client-go's fake clientset, whose pod
+// creations get the name "podvm-test" and a UID, as from an API server.
+func fakeDriver(t *testing.T) (*Driver, *fake.Clientset) {
+	t.Helper()
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).DeepCopy()
+		p.Name, p.UID = "podvm-test", types.UID("uid-1")
+		return true, p, nil
+	})
+	o := Options{Namespace: "ns", PullPolicy: corev1.PullNever, DenyAll: true}
+	return New(&Client{CS: cs, REST: &rest.Config{Host: "https://x"}}, o), cs
+}
+
+// verbs lists the fake's actions as "verb resource".
+func verbs(cs *fake.Clientset) []string {
+	var out []string
+	for _, a := range cs.Actions() {
+		out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+	}
+	return out
+}
+
+// Network "none": the pod first, then its policy, owned by it from the
+// create on, so that nothing can leave the policy without an owner.
+func TestCreateOwnsItsPolicy(t *testing.T) {
+	d, cs := fakeDriver(t)
+	spec := baseSpec()
+	spec.Network = "none"
+	id, err := d.Create(context.Background(), spec)
+	require.NoError(t, err)
+	assert.Equal(t, "podvm-test", id)
+	require.Equal(t, []string{"create pods", "create networkpolicies"}, verbs(cs))
+	np := cs.Actions()[1].(k8stesting.CreateAction).GetObject().(*networkingv1.NetworkPolicy)
+	require.Len(t, np.OwnerReferences, 1)
+	ref := np.OwnerReferences[0]
+	assert.Equal(t, "v1", ref.APIVersion)
+	assert.Equal(t, "Pod", ref.Kind)
+	assert.Equal(t, "podvm-test", ref.Name)
+	assert.Equal(t, types.UID("uid-1"), ref.UID)
+	assert.Nil(t, ref.BlockOwnerDeletion)
+	p := cs.Actions()[0].(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+	assert.Equal(t, np.Spec.PodSelector.MatchLabels, map[string]string{labelSandbox: p.Labels[labelSandbox]})
+	assert.NotEmpty(t, p.Labels[labelSandbox])
+}
+
+// Another network makes no policy.
+func TestCreateNoPolicy(t *testing.T) {
+	d, cs := fakeDriver(t)
+	_, err := d.Create(context.Background(), baseSpec())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"create pods"}, verbs(cs))
+}
+
+// A policy the API server refuses: no pod is left running without it.
+func TestCreatePolicyRefused(t *testing.T) {
+	d, cs := fakeDriver(t)
+	cs.PrependReactor("create", "networkpolicies", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "networking.k8s.io", Resource: "networkpolicies"}, "", errors.New("no"))
+	})
+	spec := baseSpec()
+	spec.Network = "none"
+	id, err := d.Create(context.Background(), spec)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, driver.ErrPodman)
+	assert.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.Empty(t, id)
+	require.Equal(t, []string{"create pods", "create networkpolicies", "delete pods"}, verbs(cs))
+	del := cs.Actions()[2].(k8stesting.DeleteAction)
+	assert.Equal(t, "podvm-test", del.GetName())
+	assert.Equal(t, int64(0), *del.GetDeleteOptions().GracePeriodSeconds)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	assert.Empty(t, d.pending, "CopyIn would feed Install of a deleted pod")
+}
+
+// session is a held attach of the tests' own: it records, in order, its
+// stdin's closing, its end and the pod's deletion (Driver.Remove's steps).
+type session struct {
+	s *stream
+
+	mu     sync.Mutex
+	events []string
+	stdin  chan struct{} // closed with the session's stdin
+	ended  sync.Once
+	cut    bool
+}
+
+// newSession returns a session held by d for pod "podvm-test", whose
+// deletion it records.
+func newSession(t *testing.T, d *Driver, cs *fake.Clientset) *session {
+	t.Helper()
+	ss := &session{stdin: make(chan struct{})}
+	ss.s = &stream{done: make(chan struct{}), cancel: func() {
+		ss.mu.Lock()
+		ss.cut = true
+		ss.mu.Unlock()
+		ss.end()
+	}}
+	ss.s.closers = []io.Closer{closer(func() { ss.record("stdin closed"); close(ss.stdin) })}
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		ss.record("pod deleted")
+		return false, nil, nil
+	})
+	d.mu.Lock()
+	d.held["podvm-test"] = ss.s
+	d.mu.Unlock()
+	return ss
+}
+
+func (ss *session) record(e string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.events = append(ss.events, e)
+}
+
+// end ends the session, as Main's exit does.
+func (ss *session) end() {
+	ss.ended.Do(func() { ss.record("session ended"); close(ss.s.done) })
+}
+
+func (ss *session) log() ([]string, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return append([]string(nil), ss.events...), ss.cut
+}
+
+type closer func()
+
+func (c closer) Close() error { c(); return nil }
+
+// removeAsync runs d.Remove of "podvm-test" in a goroutine.
+func removeAsync(ctx context.Context, d *Driver) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- d.Remove(ctx, "podvm-test") }()
+	return done
+}
+
+// Remove closes PID 1's stdin and deletes the pod only once the attach
+// holding it ended by itself (Main's process exited), with grace 0.
+func TestRemoveEndsPID1First(t *testing.T) {
+	d, cs := fakeDriver(t)
+	ss := newSession(t, d, cs)
+	removed := removeAsync(context.Background(), d)
+	<-ss.stdin
+	time.Sleep(400 * time.Millisecond) // past stream.Close's 250 ms
+	events, _ := ss.log()
+	assert.Equal(t, []string{"stdin closed"}, events, "the pod deleted while PID 1 may run")
+	ss.end()
+	require.NoError(t, <-removed)
+	events, cut := ss.log()
+	assert.Equal(t, []string{"stdin closed", "session ended", "pod deleted"}, events)
+	assert.False(t, cut, "the session was cut, not left to end")
+	del := cs.Actions()[len(cs.Actions())-1].(k8stesting.DeleteAction)
+	assert.Equal(t, "podvm-test", del.GetName())
+	assert.Equal(t, int64(0), *del.GetDeleteOptions().GracePeriodSeconds)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	assert.Empty(t, d.held)
+}
+
+// A PID 1 that does not exit holds Remove up for endWait, then the
+// session is cut and the pod deleted.
+func TestRemoveBound(t *testing.T) {
+	defer func(w time.Duration) { endWait = w }(endWait)
+	endWait = 200 * time.Millisecond
+	d, cs := fakeDriver(t)
+	ss := newSession(t, d, cs)
+	start := time.Now()
+	require.NoError(t, d.Remove(context.Background(), "podvm-test"))
+	assert.GreaterOrEqual(t, time.Since(start), endWait)
+	events, cut := ss.log()
+	assert.Equal(t, []string{"stdin closed", "session ended", "pod deleted"}, events)
+	assert.True(t, cut)
+}
+
+// ... or until ctx ends.
+func TestRemoveContext(t *testing.T) {
+	d, cs := fakeDriver(t)
+	ss := newSession(t, d, cs)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_ = d.Remove(ctx, "podvm-test") // the fake deletes even with ctx done
+	assert.Less(t, time.Since(start), endWait)
+	events, cut := ss.log()
+	assert.Equal(t, []string{"stdin closed", "session ended", "pod deleted"}, events)
+	assert.True(t, cut)
+}
+
+// The agent's stream closed (as package vm does when the handshake
+// fails) before Remove: Close leaves the attach to end by itself, and
+// Remove still waits for that.
+func TestRemoveAfterAttachedClose(t *testing.T) {
+	d, cs := fakeDriver(t)
+	ss := newSession(t, d, cs)
+	a := &attached{s: ss.s}
+	require.NoError(t, a.Close())
+	<-ss.stdin
+	removed := removeAsync(context.Background(), d)
+	time.Sleep(300 * time.Millisecond) // past stream.Close's 250 ms
+	events, cut := ss.log()
+	assert.Equal(t, []string{"stdin closed"}, events)
+	assert.False(t, cut, "Close cut the attach")
+	ss.end()
+	require.NoError(t, <-removed)
+	events, _ = ss.log()
+	assert.Equal(t, []string{"stdin closed", "session ended", "pod deleted"}, events)
+}
+
+// Without an attach held, Remove deletes at once; a pod already gone is
+// no error.
+func TestRemoveNothingHeld(t *testing.T) {
+	d, cs := fakeDriver(t)
+	require.NoError(t, d.Remove(context.Background(), "gone"))
+	assert.Equal(t, []string{"delete pods"}, verbs(cs))
+}
