@@ -403,6 +403,7 @@ func TestAPICreateSpec(t *testing.T) {
 	assert.Equal(t, "build", labels["team"])
 	assert.Equal(t, "true", labels[LabelManaged])
 	assert.Equal(t, strconv.Itoa(os.Getpid()), labels[LabelOwnerPID])
+	assert.Equal(t, self(), labels[LabelOwner])
 	assert.Equal(t, v.token, labels[labelToken])
 	for k, want := range map[string]any{
 		"name":                 "box",

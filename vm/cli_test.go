@@ -128,7 +128,7 @@ func ownLabels(t *testing.T, user map[string]string) []string {
 	require.NoError(t, err)
 	l := map[string]string{
 		LabelCreated: "*", LabelManaged: "true", LabelOwnerHost: host,
-		LabelOwnerPID: strconv.Itoa(os.Getpid()), labelToken: "*",
+		LabelOwnerPID: strconv.Itoa(os.Getpid()), LabelOwner: self(), labelToken: "*",
 	}
 	for k, v := range user {
 		l[k] = v

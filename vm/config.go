@@ -18,11 +18,23 @@ import (
 )
 
 // Labels every podvm sandbox carries, so that [Reap] and
-// `podman ps --filter label=io.podvm.managed` find them.
+// `podman ps --filter label=io.podvm.managed` find them; [Reap] says how
+// it judges their owner. Snapshots carry the owner's too.
 const (
-	LabelManaged   = "io.podvm.managed"    // "true"
-	LabelOwnerPID  = "io.podvm.owner.pid"  // pid of the creating process
-	LabelOwnerHost = "io.podvm.owner.host" // hostname of the creating process
+	LabelManaged = "io.podvm.managed" // "true"
+	// LabelOwner names the creating process wherever it ran:
+	// SPACE.PID.START. SPACE is 16 hex digits, the start of the sha256 of
+	// the boot ID (/proc/sys/kernel/random/boot_id) and the process's PID
+	// and time namespaces (as /proc/self/ns/pid and /proc/self/ns/time
+	// name them): two machines, two boots, or two containers of one
+	// machine with PID namespaces of their own, have different SPACEs.
+	// PID is its pid there; START its start time, in clock ticks since
+	// boot (field 22 of /proc/PID/stat), which a process that reuses the
+	// PID does not share. A process that /proc cannot name (not Linux,
+	// /proc unreadable, or of another PID namespace) sets it empty.
+	LabelOwner     = "io.podvm.owner"
+	LabelOwnerPID  = "io.podvm.owner.pid"  // pid of the creating process; see LabelOwner
+	LabelOwnerHost = "io.podvm.owner.host" // hostname of the creating process; see LabelOwner
 	LabelCreated   = "io.podvm.created"    // creation time, Unix seconds
 )
 
@@ -250,10 +262,8 @@ func (c Config) spec(a *agentMount) podman.Spec {
 func (c Config) labels() map[string]string {
 	l := map[string]string{}
 	maps.Copy(l, c.Labels)
-	host, _ := os.Hostname()
 	l[LabelManaged] = "true"
-	l[LabelOwnerPID] = strconv.Itoa(os.Getpid())
-	l[LabelOwnerHost] = host
+	setOwner(l)
 	l[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	return l
 }

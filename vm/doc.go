@@ -9,9 +9,12 @@
 //
 // Sandboxes are locked down by default: no network, no-new-privileges, a
 // small capability set, a pids limit and no host environment (see
-// [Config]). Every sandbox carries the labels [LabelManaged] and
-// [LabelOwnerPID], so sandboxes left behind by a crashed process can be
-// found and removed.
+// [Config]). Every sandbox carries the label [LabelManaged] and labels
+// naming its owner, the process that made it: [LabelOwner] (its boot, PID
+// namespace, pid and start time), and the older [LabelOwnerPID] and
+// [LabelOwnerHost]. So [Reap] removes the sandboxes a crashed process
+// left behind, and no live process's, even one of another container with
+// the same hostname; it says its rules.
 //
 // Package vm never runs a shell on the host, and never passes a command
 // through a shell inside the sandbox: argv reaches the program verbatim.

@@ -220,6 +220,18 @@ func TestReap(t *testing.T) {
 	foreign := strings.TrimSpace(podman(ctx, t, env, "run", "-d", "--network", "none", "--label", "test="+tag, "--label", "io.podvm.owner.pid=1",
 		"--label", "io.podvm.created=1", "--init", "--entrypoint", `["/run/podman-init","-P"]`, env.Image))
 	t.Cleanup(func() { podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", foreign) })
+	// A sandbox of a CI container with this hostname and a PID namespace
+	// of its own, whose owner's PID names no process here: not ours to
+	// judge by its owner.
+	dead := osexec.Command("true")
+	require.NoError(t, dead.Run())
+	host, _ := os.Hostname()
+	twin := strings.TrimSpace(podman(ctx, t, env, "run", "-d", "--network", "none", "--label", "test="+tag,
+		"--label", vm.LabelManaged+"=true", "--label", vm.LabelOwner+"=0123456789abcdef."+strconv.Itoa(dead.Process.Pid)+".1",
+		"--label", vm.LabelOwnerPID+"="+strconv.Itoa(dead.Process.Pid), "--label", vm.LabelOwnerHost+"="+host,
+		"--label", vm.LabelCreated+"="+strconv.FormatInt(time.Now().Unix(), 10),
+		"--init", "--entrypoint", `["/run/podman-init","-P"]`, env.Image))
+	t.Cleanup(func() { podman(context.Background(), t, env, "rm", "-f", "-t", "0", "--ignore", twin) })
 
 	for _, backend := range []vm.Backend{vm.BackendAPI, vm.BackendCLI} {
 		t.Run(string(backend), func(t *testing.T) {
@@ -251,17 +263,19 @@ func TestReap(t *testing.T) {
 			assert.Equal(t, []string{orphan}, removed, "only the crashed owner's sandbox is reaped")
 			assert.NotContains(t, ps(), orphan)
 			assert.Contains(t, ps(), mine.ID(), "a live owner's sandbox is kept")
+			assert.Contains(t, ps(), twin, "another PID namespace's sandbox is kept")
 			assert.Contains(t, ps(), foreign, "a container without podvm's label is never touched")
 			assert.Empty(t, chans(child.Process.Pid), "the dead child's channel directory is removed")
 			assert.NotEmpty(t, chans(os.Getpid()), "a live process's channel directories are kept")
 		})
 	}
 
-	// By age, a live owner's sandbox goes too; the foreign one still stays.
+	// By age, a live owner's sandbox goes too, and one not ours to judge;
+	// the foreign one still stays.
 	time.Sleep(1100 * time.Millisecond)
 	removed, err := vm.Reap(ctx, time.Millisecond, vm.WithURL(env.Host), vm.WithLabel("test", tag))
 	require.NoError(t, err)
-	assert.Equal(t, []string{mine.ID()}, removed)
+	assert.ElementsMatch(t, []string{mine.ID(), twin}, removed)
 	assert.Contains(t, ps(), foreign)
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,8 +20,8 @@ import (
 // internal/podman/snapshot.go). What a snapshot holds is documented on
 // [Snapshot].
 
-// Labels of a snapshot image, besides [LabelOwnerPID], [LabelOwnerHost]
-// and [LabelCreated] (the time it was taken).
+// Labels of a snapshot image, besides [LabelOwner], [LabelOwnerPID],
+// [LabelOwnerHost] and [LabelCreated] (the time it was taken).
 const (
 	LabelSnapshot       = "io.podvm.snapshot"        // "true"
 	LabelSnapshotSource = "io.podvm.snapshot.source" // ID of the sandbox's container
@@ -102,12 +101,12 @@ type SnapshotOptions struct {
 // taking it. A Run in flight goes on undisturbed.
 //
 // Every snapshot carries the labels [LabelSnapshot] ("true"),
-// [LabelSnapshotSource] (the sandbox's container ID), [LabelOwnerPID],
-// [LabelOwnerHost] and [LabelCreated] of the process that took it, and
-// [LabelManaged] set to "", so that a container made from it outside
-// podvm is never taken for a podvm sandbox. [ListSnapshots] lists them,
-// [RemoveSnapshot] removes one, and [Reap] with [WithSnapshots] removes
-// those whose owner is gone.
+// [LabelSnapshotSource] (the sandbox's container ID), [LabelOwner],
+// [LabelOwnerPID], [LabelOwnerHost] and [LabelCreated] of the process
+// that took it, and [LabelManaged] set to "", so that a container made
+// from it outside podvm is never taken for a podvm sandbox.
+// [ListSnapshots] lists them, [RemoveSnapshot] removes one, and [Reap]
+// with [WithSnapshots] removes those whose owner is gone.
 type Snapshot struct {
 	// Image is the reference to set as [Config.Image]: the name it was
 	// taken under, in full ("localhost/name:tag"), or, as listed, its
@@ -398,12 +397,10 @@ func snapshotLabels(id, token string, user map[string]string) map[string]string 
 	if l == nil {
 		l = map[string]string{}
 	}
-	host, _ := os.Hostname()
 	l[LabelSnapshot] = "true"
 	l[LabelSnapshotSource] = id
 	l[LabelManaged] = ""
-	l[LabelOwnerPID] = strconv.Itoa(os.Getpid())
-	l[LabelOwnerHost] = host
+	setOwner(l)
 	l[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	l[labelToken] = token
 	return l
@@ -470,16 +467,17 @@ func removeImage(ctx context.Context, im podman.Imager, img podman.Image) error 
 }
 
 // WithSnapshots makes [Reap] remove, after the sandboxes, the snapshots
-// ([TakeSnapshot]) that a process of this host took and that process no
-// longer exists, whatever their age, and none other: never an image
-// without podvm's [LabelSnapshot], never one whose owner lives or is on
-// another host. A snapshot that a container still uses is left, and
-// logged. [WithLabel] narrows it to snapshots carrying a label too.
+// ([TakeSnapshot]) whose owner, the process that took them, is gone,
+// whatever their age, and none other: never an image without podvm's
+// [LabelSnapshot], never one whose owner lives or is not Reap's to judge.
+// The owner is judged as a sandbox's is (see [Reap]). A snapshot that a
+// container still uses is left, and logged. [WithLabel] narrows it to
+// snapshots carrying a label too.
 func WithSnapshots() Option { return func(o *options) { o.snapshots = true } }
 
-// reapSnapshots removes the snapshots of dead owners of this host,
+// reapSnapshots removes the snapshots whose owner chk finds gone,
 // adding their IDs to removed and its failures to errs.
-func reapSnapshots(ctx context.Context, d podman.Driver, o options, host string, removed []string, errs []error) ([]string, []error) {
+func reapSnapshots(ctx context.Context, d podman.Driver, o options, chk ownerCheck, removed []string, errs []error) ([]string, []error) {
 	im, ok := d.(podman.Imager)
 	if !ok {
 		return removed, append(errs, fmt.Errorf("%w: reap snapshots", ErrNotSupported))
@@ -489,7 +487,11 @@ func reapSnapshots(ctx context.Context, d podman.Driver, o options, host string,
 		return removed, append(errs, err)
 	}
 	for _, s := range snaps {
-		if s.OwnerPID <= 0 || s.OwnerHost != host || processAlive(s.OwnerPID) || !hasLabels(s.Labels, o.labels) {
+		if !hasLabels(s.Labels, o.labels) {
+			continue
+		}
+		why := chk.gone(s.Labels)
+		if why == "" {
 			continue
 		}
 		err := removeImage(ctx, im, podman.Image{ID: s.ID, Names: s.Names})
@@ -501,7 +503,7 @@ func reapSnapshots(ctx context.Context, d podman.Driver, o options, host string,
 			errs = append(errs, err)
 			continue
 		}
-		o.log.Info("podvm: reaped snapshot", "id", s.ID, "names", s.Names, "reason", fmt.Sprintf("owner process %d is gone", s.OwnerPID))
+		o.log.Info("podvm: reaped snapshot", "id", s.ID, "names", s.Names, "reason", why)
 		removed = append(removed, s.ID)
 	}
 	return removed, errs

@@ -255,9 +255,10 @@ func TestSnapshotSandboxRemovedMidway(t *testing.T) {
 	})
 }
 
-// Reap with WithSnapshots removes the snapshots of dead owners of this
-// host, and no other image: not a live owner's, not another host's, not
-// an image without podvm's snapshot label, not one a container uses.
+// Reap with WithSnapshots removes the snapshots of gone owners, and no
+// other image: not a live owner's, not one of another PID namespace of
+// the same hostname, not another host's (legacy labels), not an image
+// without podvm's snapshot label, not one a container uses.
 func TestReapSnapshots(t *testing.T) {
 	env := podmantest.Need(t)
 	ctx, k, w := snapSetup(t, env)
@@ -266,26 +267,42 @@ func TestReapSnapshots(t *testing.T) {
 	require.NoError(t, dead.Run())
 	deadPID := strconv.Itoa(dead.Process.Pid)
 	host, _ := os.Hostname()
-	mk := func(tag string, snapshot, pid, owner string) string {
+	// This process's owner label, as its sandbox carries it.
+	me := strings.TrimSpace(podman(ctx, t, env, "inspect", "--format", `{{index .Config.Labels "`+vm.LabelOwner+`"}}`, v.ID()))
+	parts := strings.Split(me, ".")
+	require.Len(t, parts, 3, "owner label %q", me)
+	start, err := strconv.ParseUint(parts[2], 10, 64)
+	require.NoError(t, err)
+	reused := parts[0] + "." + parts[1] + "." + strconv.FormatUint(start+1, 10)
+	twin := "0123456789abcdef." + deadPID + ".1" // another PID namespace, the same hostname
+	// mk commits the sandbox with these labels; owner "" is a legacy
+	// snapshot's (an empty label hides the sandbox's).
+	mk := func(tag string, snapshot, pid, owner, ownerHost string) string {
 		args := []string{"commit", "-q", "--pause=false"}
-		for _, l := range []string{vm.LabelSnapshot + "=" + snapshot, vm.LabelOwnerPID + "=" + pid, vm.LabelOwnerHost + "=" + owner, vm.LabelManaged + "=", k + "=" + w} {
+		for _, l := range []string{vm.LabelSnapshot + "=" + snapshot, vm.LabelOwner + "=" + owner, vm.LabelOwnerPID + "=" + pid, vm.LabelOwnerHost + "=" + ownerHost, vm.LabelManaged + "=", k + "=" + w} {
 			args = append(args, "--change", "LABEL "+l)
 		}
 		return strings.TrimSpace(podman(ctx, t, env, append(args, v.ID(), "localhost/podvm-snaptest-reap:"+tag+"-"+strconv.Itoa(os.Getpid()))...))
 	}
-	deadOne := mk("dead", "true", deadPID, host)
-	live := mk("live", "true", strconv.Itoa(os.Getpid()), host)
-	elsewhere := mk("elsewhere", "true", deadPID, "elsewhere.example")
-	users := mk("users", "", deadPID, host)
-	used := mk("used", "true", deadPID, host)
+	deadOne := mk("dead", "true", deadPID, "", host)
+	deadNew := mk("dead-new", "true", deadPID, parts[0]+"."+deadPID+".1", host)
+	reusedOne := mk("reused", "true", parts[1], reused, host)
+	live := mk("live", "true", strconv.Itoa(os.Getpid()), "", host)
+	liveNew := mk("live-new", "true", deadPID, me, host) // LabelOwner decides alone
+	twinOne := mk("twin", "true", deadPID, twin, host)
+	elsewhere := mk("elsewhere", "true", deadPID, "", "elsewhere.example")
+	users := mk("users", "", deadPID, "", host)
+	used := mk("used", "true", deadPID, "", host)
 	ctr := strings.TrimSpace(podman(ctx, t, env, "create", "--label", k+"="+w, used, "true"))
 	t.Cleanup(func() { podmanIgnore(context.Background(), env, "rm", "-f", ctr) })
 
 	removed, err := vm.Reap(ctx, 0, vm.WithURL(env.Host), vm.WithSnapshots(), vm.WithLabel(k, w))
 	require.NoError(t, err)
-	assert.Equal(t, []string{deadOne}, removed)
-	assert.False(t, imageExists(ctx, env, deadOne))
-	for _, id := range []string{live, elsewhere, users, used} {
+	assert.ElementsMatch(t, []string{deadOne, deadNew, reusedOne}, removed)
+	for _, id := range []string{deadOne, deadNew, reusedOne} {
+		assert.False(t, imageExists(ctx, env, id), "Reap left %s", id)
+	}
+	for _, id := range []string{live, liveNew, twinOne, elsewhere, users, used} {
 		assert.True(t, imageExists(ctx, env, id), "Reap removed %s", id)
 	}
 	// Without the option, no image is touched.

@@ -108,12 +108,18 @@ type Process struct {
 	Stderr  io.Writer
 }
 
-// Container is a sandbox as [Driver.List] finds it: its ID and labels.
-// The JSON names are Podman's, as both `podman ps --format json` and its
-// REST API spell them.
+// Container is a sandbox as [Driver.List] finds it: its ID, labels and
+// whether it has ended. The JSON names are Podman's, as both `podman ps
+// --format json` and its REST API spell them.
 type Container struct {
 	ID     string            `json:"Id"`
 	Labels map[string]string `json:"Labels"`
+	// Ended reports that the sandbox can never run again, whoever holds
+	// it: nothing is lost by removing it. The kube driver sets it for a
+	// pod whose phase is Succeeded or Failed (its restartPolicy is
+	// Never). The Podman drivers never do: a stopped container can be
+	// started again.
+	Ended bool `json:"-"`
 }
 
 // The errors a driver's calls match, with errors.Is. Package vm exports

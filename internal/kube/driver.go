@@ -496,6 +496,8 @@ func (d *Driver) deletePod(ctx context.Context, id string) error {
 }
 
 // List returns the pods of the namespace carrying label ("key=value").
+// A pod whose phase is Succeeded or Failed is Ended: with restartPolicy
+// Never, those phases are final.
 func (d *Driver) List(ctx context.Context, label string) ([]driver.Container, error) {
 	list, err := d.c.CS.CoreV1().Pods(d.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: label})
 	if err != nil {
@@ -503,7 +505,8 @@ func (d *Driver) List(ctx context.Context, label string) ([]driver.Container, er
 	}
 	out := make([]driver.Container, 0, len(list.Items))
 	for _, p := range list.Items {
-		out = append(out, driver.Container{ID: p.Name, Labels: p.Labels})
+		ended := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		out = append(out, driver.Container{ID: p.Name, Labels: p.Labels, Ended: ended})
 	}
 	return out, nil
 }

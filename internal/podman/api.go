@@ -247,7 +247,7 @@ func (a API) List(ctx context.Context, label string) ([]Container, error) {
 	}
 	out := make([]Container, len(list))
 	for i, l := range list {
-		out[i] = Container(l)
+		out[i] = Container{ID: l.ID, Labels: l.Labels}
 	}
 	return out, nil
 }

@@ -49,7 +49,8 @@
 // process that made the sandbox dies, its connection ends, the agent
 // sees its stdin close, kills everything and exits, and the pod ends
 // (the exec path's cat does the same). The pod object is left, ended,
-// for [vm.Reap] (owner labels: host and pid; or by age); and whatever
+// for [vm.Reap], which removes an ended pod (phase Succeeded or Failed)
+// whoever made it, from whatever machine it runs on; and whatever
 // happens to connections, the kubelet kills a pod older than its
 // activeDeadlineSeconds, [DefaultLifetime] unless [WithLifetime] says.
 package kube
