@@ -241,6 +241,7 @@ func TestRemoveNothingHeld(t *testing.T) {
 	require.NoError(t, d.Remove(context.Background(), "gone"))
 	assert.Equal(t, []string{"delete pods"}, verbs(cs))
 }
+
 // List finds the pods of its namespace that carry the label, and marks
 // Ended those in a final phase, and only those.
 func TestList(t *testing.T) {
