@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -316,6 +317,11 @@ func TestOwnerDies(t *testing.T) {
 			}
 			assert.Contains(t, []corev1.PodPhase{corev1.PodSucceeded, corev1.PodFailed}, phase, "the pod of a dead owner still runs")
 
+			// As if its owner had run on another machine, which Reap
+			// cannot ask: the pod is reaped for having ended.
+			other := fmt.Sprintf(`{"metadata":{"labels":{%q:"0123456789abcdef.1.1",%q:"another-machine"}}}`, vm.LabelOwner, vm.LabelOwnerHost)
+			_, err = pods.Patch(ctx, id, types.MergePatchType, []byte(other), metav1.PatchOptions{})
+			require.NoError(t, err)
 			removed, err := vm.Reap(ctx, 0, vm.WithBackend(kube.Backend(e.options()...)), vm.WithLabel(runLabel, runID))
 			require.NoError(t, err)
 			assert.Contains(t, removed, id)
