@@ -30,7 +30,8 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // stdout and stderr fds attached) starts the command; a Kill frame kills
 // the run's whole tree; when the command has exited it kills what is
 // left, reaps everything and answers with an Exit frame, then waits for
-// the next Start. It exits when the agent closes the socket.
+// the next Start. It exits when the agent closes the socket. It makes
+// every thread it will need first (see makeThreads).
 func shimMain() int {
 	if err := harden(); err != nil {
 		return 1
@@ -44,6 +45,7 @@ func shimMain() int {
 		return 1
 	}
 	conn := fc.(*net.UnixConn)
+	makeThreads(shimProcs, ShimThreads)
 	var wmu sync.Mutex
 	send := func(ex wire.ExitMsg) error {
 		wmu.Lock()
