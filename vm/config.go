@@ -111,7 +111,15 @@ type Config struct {
 	// limit.
 	CPUs float64
 	// Pids limits the number of processes (threads included); zero means
-	// DefaultPids, [NoPidsLimit] none.
+	// DefaultPids, [NoPidsLimit] none. podvm's agent counts too: PID 1
+	// holds 14 pids and each of its per-run shims 8 (threads they make at
+	// start, so that a full limit cannot kill them; one more at times),
+	// with a shim per Run in flight, one spare, and after a burst of
+	// concurrent Runs as many idle ones (up to 32, until unused for 30 s).
+	// An idle sandbox holds 22, one running a command 30 besides the
+	// command's own processes: a limit below 32 leaves commands little or
+	// no room (below 23, none), and each concurrent Run takes 8 more.
+	// With PodmanExec there is no agent: PID 1 is Podman's init.
 	Pids int64
 	// ReadOnlyRootfs mounts the image read-only, with a writable tmpfs on
 	// /tmp.

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent/server"
 )
 
 func TestRun(t *testing.T) {
@@ -420,6 +421,85 @@ func TestNoLeaks(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, n, 32+1, "processes left in the sandbox beyond the idle shims")
+}
+
+// The agent and each shim make every thread they will need before they
+// serve (at a full pids limit the Go runtime could make none, and would
+// die of it): at least server.AgentThreads and server.ShimThreads, a
+// thread or two more at times as the runtime made them meanwhile, and
+// bursts of runs that start, fail to start, stream, spawn, end and are
+// killed make them no more.
+func TestThreadsMadeBeforeServing(t *testing.T) {
+	a := startAgent(t)
+	agentPID := childrenOf(a.cmd.Process.Pid)
+	require.Len(t, agentPID, 1)
+	agentThreads := threadsOf(agentPID[0])
+	require.GreaterOrEqual(t, agentThreads, server.AgentThreads, "the agent's threads once it said Hello")
+	burst := func() {
+		var wg sync.WaitGroup
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				switch i % 4 {
+				case 0:
+					a.sh(ctx, "/bin/busybox head -c 1000000 /dev/zero")
+				case 1:
+					a.run(ctx, Request{Argv: []string{"no-such-command-podvm"}}, nil)
+				case 2:
+					a.sh(ctx, "/bin/busybox sleep 10") // killed
+				case 3:
+					a.sh(ctx, "for i in 1 2 3 4 5 6 7 8; do /bin/busybox sleep 0.1 & done; wait")
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	// shims returns the threads of every live shim, once each has made
+	// them (a spare may still be starting).
+	shims := func() map[int]int {
+		out := map[int]int{}
+		for _, pid := range childrenOf(agentPID[0]) {
+			n := threadsOf(pid)
+			for deadline := time.Now().Add(5 * time.Second); n > 0 && n < server.ShimThreads && time.Now().Before(deadline); n = threadsOf(pid) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n > 0 {
+				out[pid] = n
+			}
+		}
+		return out
+	}
+	burst() // the pool keeps up to 32 shims after it
+	before := shims()
+	require.NotEmpty(t, before)
+	for pid, n := range before {
+		require.GreaterOrEqual(t, n, server.ShimThreads, "the threads of shim %d", pid)
+	}
+	burst() // most of its runs are served by those shims
+	require.Equal(t, agentThreads, threadsOf(agentPID[0]), "the agent's threads after two bursts")
+	for pid, n := range shims() {
+		if was, ok := before[pid]; ok {
+			require.Equal(t, was, n, "the threads of shim %d after it served the second burst", pid)
+		} else {
+			require.GreaterOrEqual(t, n, server.ShimThreads, "the threads of shim %d", pid)
+		}
+	}
+}
+
+// threadsOf returns the number of threads of host process pid, 0 when
+// it is gone or a zombie.
+func threadsOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil || strings.Contains(string(b), "\nState:\tZ") {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(b), "\nThreads:")
+	line, _, _ := strings.Cut(rest, "\n")
+	n, _ := strconv.Atoi(strings.TrimSpace(line))
+	return n
 }
 
 func TestEmbeddedBinaryRuns(t *testing.T) {

@@ -62,7 +62,8 @@
 // were in flight at once; one unused for 30 s exits), and one spare is
 // started ahead of need, so a run costs no process start of the agent
 // binary (that costs ~2.7 ms; a round trip of /bin/true is ~1.3 ms p50
-// here, host os/exec ~0.8 ms).
+// here, host os/exec ~0.8 ms). A new shim says Hello on its socket once
+// it is ready to serve.
 //
 // # The kill rule
 //
@@ -87,6 +88,14 @@
 // are close-on-exec, so no command inherits them. The agent catches and
 // drops every catchable signal, so nothing inside the sandbox can kill PID
 // 1 with kill(2) (and SIGKILL from inside never reaches PID 1).
+//
+// A fork bomb that holds every pid of the sandbox's limit (threads count
+// there) does not kill the agent or a shim, though a Go program dies
+// when it cannot make a thread its runtime wants: they make every thread
+// they will need before they serve (at least 14 for the agent, 8 for a
+// shim; see server.AgentThreads), and never need another. At the limit a
+// run that cannot start fails with its start error, and so does one
+// whose new shim could not make its threads (it exits before its Hello).
 //
 // It cannot stop a root process in the sandbox from killing a shim: the
 // shim's run then ends with [ErrLost], and the agent kills every process

@@ -51,6 +51,9 @@ func Main(args []string) int {
 	if err := harden(); err != nil {
 		return 1
 	}
+	// Every thread the agent will need, made while pids are free: at the
+	// sandbox's pids limit it could make none, and would die of it.
+	makeThreads(agentProcs, AgentThreads)
 	// PID 1 is the reaper of its namespace anyway; elsewhere (tests) this
 	// makes the agent one.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

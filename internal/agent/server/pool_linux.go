@@ -25,6 +25,8 @@ const (
 	maxIdle  = 32
 	spares   = 1
 	idleLife = 30 * time.Second
+	// readyWait bounds the wait for a new shim's Hello.
+	readyWait = 10 * time.Second
 )
 
 // shim is the agent's handle on one shim process.
@@ -232,6 +234,10 @@ func (p *pool) start() (*shim, error) {
 		return nil, fmt.Errorf("shim socket: %w", err)
 	}
 	s := &shim{pid: pid, conn: c.(*net.UnixConn), exit: make(chan wire.ExitMsg, 1)}
+	if err := s.ready(); err != nil {
+		s.conn.Close() // the shim exits, if it has not
+		return nil, fmt.Errorf("starting a shim: %w", err)
+	}
 	p.mu.Lock()
 	if _, ok := p.live[pid]; ok {
 		p.live[pid] = s
@@ -239,6 +245,25 @@ func (p *pool) start() (*shim, error) {
 	p.mu.Unlock()
 	go s.read()
 	return s, nil
+}
+
+// ready waits for the new shim's Hello: it has made its threads. One
+// that exits before, for want of a pid for a thread, was never ready to
+// run anything.
+func (s *shim) ready() error {
+	_ = s.conn.SetReadDeadline(time.Now().Add(readyWait))
+	f, fds, err := recvFrame(s.conn)
+	closeAll(fds)
+	_ = s.conn.SetReadDeadline(time.Time{})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("not ready after %v", readyWait)
+	case err != nil:
+		return errors.New("it exited before it was ready (at the sandbox's pids limit it cannot make its threads)")
+	case f.Type != wire.Hello:
+		return fmt.Errorf("frame type %d before its Hello", f.Type)
+	}
+	return nil
 }
 
 // read forwards the shim's Exit frames; it closes s.exit when the shim

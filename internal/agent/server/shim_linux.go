@@ -30,7 +30,10 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // stdout and stderr fds attached) starts the command; a Kill frame kills
 // the run's whole tree; when the command has exited it kills what is
 // left, reaps everything and answers with an Exit frame, then waits for
-// the next Start. It exits when the agent closes the socket.
+// the next Start. It exits when the agent closes the socket. Its first
+// frame, a Hello with no payload, says it is ready: it has made every
+// thread it will need (see makeThreads), so that at the sandbox's pids
+// limit it is a shim that could not start, not a run lost later.
 func shimMain() int {
 	if err := harden(); err != nil {
 		return 1
@@ -44,6 +47,10 @@ func shimMain() int {
 		return 1
 	}
 	conn := fc.(*net.UnixConn)
+	makeThreads(shimProcs, ShimThreads)
+	if sendFrame(conn, wire.Frame{Type: wire.Hello}) != nil {
+		return 1
+	}
 	var wmu sync.Mutex
 	send := func(ex wire.ExitMsg) error {
 		wmu.Lock()

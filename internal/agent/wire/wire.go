@@ -20,7 +20,7 @@ type Type uint8
 
 // The frame types. The comment says who sends each one.
 const (
-	Hello    Type = 1 + iota // agent→client, first frame, run id 0: a HelloMsg
+	Hello    Type = 1 + iota // agent→client, first frame, run id 0: a HelloMsg (shim→agent: empty, ready)
 	Start                    // client→agent: a StartMsg for a new run id
 	Stdin                    // client→agent: stdin bytes; an empty payload is EOF
 	Stdout                   // agent→client: stdout bytes
