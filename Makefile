@@ -12,12 +12,12 @@ WITH_PODMAN = if env=$$(scripts/podman-up.sh); then eval "$$env"; \
 	else echo "no podman: integration tests will skip"; fi
 
 # The same for the Kubernetes cluster of `make kube` (root only: it runs a
-# kubelet), for vm/kube's tests; its binaries are built once per machine
-# and cached outside the clone.
+# kubelet), for vm/kube's tests and the bench's kube section; its binaries
+# are built once per machine and cached outside the clone.
 export PODVM_REQUIRE_KUBE ?= $(if $(filter true,$(CI)),1,)
 WITH_KUBE = if [ "$$(id -u)" = 0 ] && env=$$(scripts/kube-up.sh); then eval "$$env"; \
 	elif [ "$$PODVM_REQUIRE_KUBE" = 1 ]; then echo "a Kubernetes cluster is required here (CI=true or PODVM_REQUIRE_KUBE=1): make kube"; exit 1; \
-	else echo "no Kubernetes cluster: vm/kube's integration tests will skip"; fi
+	else echo "no Kubernetes cluster: vm/kube's integration tests and the bench's kube section will skip"; fi
 
 .PHONY: help demo test test-matrix fuzz unit lint generate check-generate bench podman podman-down check-leaks podman5 podman5-down kube kube-down kube-smoke
 
@@ -63,11 +63,9 @@ check-generate: generate ## fail if the committed mocks or agent binaries are st
 	@git diff --exit-code --stat -- '*mock*' internal/agent/bin || { echo "generated files are stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- '*mock*' internal/agent/bin)" || { echo "uncommitted generated files: commit them"; exit 1; }
 
-bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc in one table, then vm/kube against kubectl on the cluster of make kube (BENCH_QUICK=1: a short smoke run)
+bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc, and vm/kube against kubectl on the cluster of make kube, in one run (BENCH_QUICK=1: a short smoke run; BENCH_ONLY=kube,...: some sections)
 	$(GO) test -run '^$$' -bench . -benchmem ./exec/
-	@$(WITH_PODMAN); cd bench && $(GO) run -tags 'remote containers_image_openpgp exclude_graphdriver_btrfs' .
-	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"; $(WITH_KUBE); \
-	$(GO) test -run '^$$' -bench . -benchtime $(if $(BENCH_QUICK),1x,3s) ./vm/kube/
+	@$(WITH_PODMAN); $(WITH_KUBE); cd bench && $(GO) run -tags 'remote containers_image_openpgp exclude_graphdriver_btrfs' .
 
 podman: ## bring up the project's Podman service and test image (idempotent)
 	@scripts/podman-up.sh

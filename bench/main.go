@@ -2,7 +2,8 @@
 // one run on one Podman service and one image, and prints the result as
 // markdown tables: exec round trips, sandbox lifecycles, stdout
 // throughput, memory while output streams, concurrency, pools, files and
-// snapshots, with the ratios podvm sets itself as targets.
+// snapshots, with the ratios podvm sets itself as targets; then, on a
+// Kubernetes cluster, podvm's kube backend against kubectl (kube.go).
 //
 // The alternatives are the podman CLI run as a process (`podman --url
 // URL ...`), Podman's own Go bindings (pkg/bindings/containers), and the
@@ -17,6 +18,12 @@
 // run; the header gives the load average. Every container it makes
 // carries io.podvm.managed=true and a label of this run, and is removed
 // at the end, on failure or on Ctrl-C.
+//
+// The kube section uses the cluster of $KUBECONFIG with the image
+// $PODVM_KUBE_IMAGE in $PODVM_KUBE_NAMESPACE, and $PODVM_KUBECTL (what
+// `eval "$(scripts/kube-up.sh)"` sets); without them it is skipped,
+// saying why, and the others run as before. Its pods carry the same
+// labels and are deleted the same way.
 //
 // It lives in its own module because pkg/bindings/containers needs the
 // build tags "remote containers_image_openpgp exclude_graphdriver_btrfs";
@@ -132,6 +139,7 @@ func run() int {
 	b.report(os.Stdout)
 	b.reportPool(os.Stdout)
 	b.reportSnapshots(os.Stdout)
+	b.reportKube(os.Stdout)
 	if cleanupErr != nil {
 		fmt.Fprintln(os.Stderr, "bench: cleanup:", cleanupErr)
 		return 1
@@ -175,6 +183,8 @@ type bench struct {
 	leaks                       []string
 	pool                        []poolResult
 	snaps                       []snapshotResult // in snapshot.go
+	kube                        *kubeResult      // in kube.go
+	cluster                     *cluster         // the kube section's, nil without one
 }
 
 type memRow struct {
@@ -190,7 +200,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot", "kube"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -219,26 +229,10 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 	if b.env, err = probeEnvironment(ctx, b.p); err != nil {
 		return err
 	}
-	progress("setting up")
-	if b.base, err = b.p.start(ctx, b.cfg.Image); err != nil {
-		return fmt.Errorf("starting the reference sandbox: %w", err)
-	}
-	if b.bind, err = connectBindings(ctx, b.p.url, b.p.labels); err != nil {
-		return err
-	}
-	b.runtime, b.rtErr = findRuntime(ctx, b.env.rtName, b.env.rtPath, b.base)
 	b.vms, b.vmErr = map[string]vm.VM{}, map[string]string{}
-	for _, be := range backends {
-		v, err := be.new(ctx, b.p.url, b.cfg)
-		if err == nil {
-			b.vms[be.name] = v // Remove is safe after a failed Create
-			err = v.Create(ctx)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			b.vmErr[be.name] = "failed: " + oneLine(err)
+	if podmanSections(sections) {
+		if err := b.setup(ctx); err != nil {
+			return err
 		}
 	}
 
@@ -246,7 +240,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		b.setupBares(ctx)
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots, b.kubes}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue
@@ -262,10 +256,53 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 	return nil
 }
 
+// podmanSections reports whether a picked section needs the Podman
+// sandboxes: every one but kube.
+func podmanSections(sections map[string]bool) bool {
+	for s, on := range sections {
+		if on && s != "kube" {
+			return true
+		}
+	}
+	return false
+}
+
+// setup starts the sandboxes the Podman sections share: the reference
+// one, the bindings' connection, the runtime's, and one per podvm
+// backend.
+func (b *bench) setup(ctx context.Context) error {
+	progress("setting up")
+	var err error
+	if b.base, err = b.p.start(ctx, b.cfg.Image); err != nil {
+		return fmt.Errorf("starting the reference sandbox: %w", err)
+	}
+	if b.bind, err = connectBindings(ctx, b.p.url, b.p.labels); err != nil {
+		return err
+	}
+	b.runtime, b.rtErr = findRuntime(ctx, b.env.rtName, b.env.rtPath, b.base)
+	for _, be := range backends {
+		v, err := be.new(ctx, b.p.url, b.cfg)
+		if err == nil {
+			b.vms[be.name] = v // Remove is safe after a failed Create
+			err = v.Create(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.vmErr[be.name] = "failed: " + oneLine(err)
+		}
+	}
+	return nil
+}
+
 // checkSandboxes fails when a sandbox the run relies on is gone: results
 // measured against a missing container are errors, not timings.
 func (b *bench) checkSandboxes(ctx context.Context) error {
-	ids := map[string]string{"the reference sandbox": b.base}
+	ids := map[string]string{}
+	if b.base != "" {
+		ids["the reference sandbox"] = b.base
+	}
 	for name, v := range b.vms {
 		if _, bad := b.vmErr[name]; !bad {
 			ids[name+"'s sandbox"] = v.ID()
@@ -449,6 +486,11 @@ func (b *bench) cleanup() error {
 	}
 	if err := b.removeImages(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if b.cluster != nil {
+		if err := b.cluster.release(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -98,6 +98,12 @@ func vmStream(v vm.VM, n int64) op {
 
 // vmLifecycle makes a VM, creates it, runs the round trip and removes it.
 func vmLifecycle(b backend, host string, cfg vm.Config) op {
+	return vmLifecycleRun(b, host, cfg, vmRoundTrip)
+}
+
+// vmLifecycleRun makes a VM, creates it, runs run's op in it and removes
+// it.
+func vmLifecycleRun(b backend, host string, cfg vm.Config, run func(vm.VM) op) op {
 	return func(ctx context.Context) error {
 		v, err := b.new(ctx, host, cfg)
 		if err != nil {
@@ -105,7 +111,7 @@ func vmLifecycle(b backend, host string, cfg vm.Config) op {
 		}
 		err = v.Create(ctx)
 		if err == nil {
-			err = vmRoundTrip(v)(ctx)
+			err = run(v)(ctx)
 		}
 		rctx, cancel := removeContext(ctx)
 		defer cancel()

@@ -43,7 +43,7 @@ func (b *bench) pools(ctx context.Context) error {
 			continue
 		}
 		r := poolResult{name: be.name, get: &series{name: be.name}, cycle: &series{name: be.name}, plain: &series{name: be.name}}
-		if err := b.warmPool(ctx, be, rounds, &r); err != nil {
+		if err := b.warmPool(ctx, be, b.cfg, rounds, &r); err != nil {
 			return err
 		}
 		for _, callers := range poolCallers {
@@ -64,9 +64,9 @@ func (b *bench) pools(ctx context.Context) error {
 	return nil
 }
 
-// newPool makes a pool of the bench's sandboxes on backend be.
-func (b *bench) newPool(be backend, opts ...vm.PoolOption) (*vm.Pool, error) {
-	return vm.NewPool(b.cfg, func(ctx context.Context, cfg vm.Config) (vm.VM, error) { return be.new(ctx, b.p.url, cfg) }, opts...)
+// newPool makes a pool of sandboxes of cfg on backend be.
+func (b *bench) newPool(be backend, cfg vm.Config, opts ...vm.PoolOption) (*vm.Pool, error) {
+	return vm.NewPool(cfg, func(ctx context.Context, cfg vm.Config) (vm.VM, error) { return be.new(ctx, b.p.url, cfg) }, opts...)
 }
 
 // poolWindow is how long each sustained measure lasts: long enough for
@@ -100,14 +100,14 @@ func waitFull(ctx context.Context, p *vm.Pool, n int) error {
 
 // warmPool times, one at a time, a Get from a full pool and what follows
 // it, alternating with a plain lifecycle; the pool refills, untimed,
-// before each Get.
-func (b *bench) warmPool(ctx context.Context, be backend, rounds int, r *poolResult) error {
-	p, err := b.newPool(be, vm.WithPoolSize(poolSize))
+// before each Get. Its sandboxes are cfg's on be.
+func (b *bench) warmPool(ctx context.Context, be backend, cfg vm.Config, rounds int, r *poolResult) error {
+	p, err := b.newPool(be, cfg, vm.WithPoolSize(poolSize))
 	if err != nil {
 		return err
 	}
 	defer closePool(p)
-	plain := vmLifecycle(be, b.p.url, b.cfg)
+	plain := vmLifecycle(be, b.p.url, cfg)
 	for i := range rounds + 1 { // the first round warms up
 		progress("pool: %s: warm round %d/%d", be.name, i+1, rounds+1)
 		if err := waitFull(ctx, p, poolSize); err != nil {
@@ -144,7 +144,7 @@ func (b *bench) warmPool(ctx context.Context, be backend, rounds int, r *poolRes
 // pool created per second meanwhile: what the service sustains.
 func (b *bench) sustainedPool(ctx context.Context, be backend, callers int, window time.Duration) (rate, *series, float64, error) {
 	size := max(poolSize, callers)
-	p, err := b.newPool(be, vm.WithPoolSize(size), vm.WithPoolCreates(min(max(callers, 2), 4)))
+	p, err := b.newPool(be, b.cfg, vm.WithPoolSize(size), vm.WithPoolCreates(min(max(callers, 2), 4)))
 	if err != nil {
 		return rate{}, nil, 0, err
 	}
@@ -188,29 +188,7 @@ func (b *bench) reportPool(w io.Writer) {
 	if len(b.pool) == 0 {
 		return
 	}
-	n := 0
-	for _, r := range b.pool {
-		if r.get != nil {
-			n = max(n, len(r.get.d)+r.get.fails)
-		}
-	}
-	fmt.Fprintf(w, "\n**Pool, warm**: `vm.Pool.Get` from a full pool of %d, then the round trip and the sandbox's `Remove` (giving it back), against a plain create, start, round trip, remove; the pool refills, untimed, before each Get; %d run%s each\n\n", poolSize, n, plural(n))
-	fmt.Fprintln(w, "| how | Get p50 | Get p90 | Get + round trip + Remove p50 | plain lifecycle p50 | vs plain | failures |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|")
-	for _, r := range b.pool {
-		if r.skip != "" {
-			fmt.Fprintf(w, "| %s | %s | | | | | |\n", r.name, r.skip)
-			continue
-		}
-		var fails []string
-		for _, s := range []*series{r.cycle, r.plain} {
-			if s.fails > 0 {
-				fails = append(fails, failures(s))
-			}
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, ms(r.get.p50()), ms(r.get.p90()), ms(r.cycle.p50()), ms(r.plain.p50()),
-			ratio(float64(r.cycle.p50()), float64(r.plain.p50())), orNone(strings.Join(fails, "; ")))
-	}
+	reportWarmPool(w, "**Pool, warm**", b.pool)
 
 	window := b.poolWindow()
 	fmt.Fprintf(w, "\n**Pool, sustained**: fresh sandboxes per second, each caller taking one, running the round trip and removing it, again and again for %v; the pool starts full (%d sandboxes, or one per caller) and creates as many at once as there are callers, from 2 up to 4\n\n", window, poolSize)
@@ -269,5 +247,32 @@ func (b *bench) reportPool(w io.Writer) {
 		i := len(poolCallers) - 1
 		fmt.Fprintf(w, "| %s: sustained fresh sandboxes per second, %d callers | %.1f/s through the pool, %.1f/s plain | bounded by the service: the pool created %.1f/s meanwhile, while the plain callers' creates, starts and removes ran at %.1f/s; a pool hides the create's latency, not its cost |\n",
 			strings.TrimPrefix(r.name, "podvm "), poolCallers[i], r.pooled[i].perSecond(), r.raw[i].perSecond(), r.created[i], r.raw[i].perSecond())
+	}
+}
+
+// reportWarmPool is the table of warmPool's measurements of rs.
+func reportWarmPool(w io.Writer, caption string, rs []poolResult) {
+	n := 0
+	for _, r := range rs {
+		if r.get != nil {
+			n = max(n, len(r.get.d)+r.get.fails)
+		}
+	}
+	fmt.Fprintf(w, "\n%s: `vm.Pool.Get` from a full pool of %d, then the round trip and the sandbox's `Remove` (giving it back), against a plain create, start, round trip, remove; the pool refills, untimed, before each Get; %d run%s each\n\n", caption, poolSize, n, plural(n))
+	fmt.Fprintln(w, "| how | Get p50 | Get p90 | Get + round trip + Remove p50 | plain lifecycle p50 | vs plain | failures |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|")
+	for _, r := range rs {
+		if r.skip != "" {
+			fmt.Fprintf(w, "| %s | %s | | | | | |\n", r.name, r.skip)
+			continue
+		}
+		var fails []string
+		for _, s := range []*series{r.cycle, r.plain} {
+			if s.fails > 0 {
+				fails = append(fails, failures(s))
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, ms(r.get.p50()), ms(r.get.p90()), ms(r.cycle.p50()), ms(r.plain.p50()),
+			ratio(float64(r.cycle.p50()), float64(r.plain.p50())), orNone(strings.Join(fails, "; ")))
 	}
 }

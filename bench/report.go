@@ -162,8 +162,10 @@ func (b *bench) report(w io.Writer) {
 	if len(b.filesIn) > 0 {
 		b.reportFiles(w)
 	}
-	b.reportTargets(w)
-	b.reportNotes(w)
+	if b.base != "" { // the Podman sections ran: not kube alone
+		b.reportTargets(w)
+		b.reportNotes(w)
+	}
 }
 
 func (b *bench) reportExec(w io.Writer) {

@@ -147,11 +147,13 @@ var stderrIsTTY = func() bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }()
 
-// ms formats d in milliseconds.
+// ms formats d in milliseconds, or microseconds below 0.1 ms.
 func ms(d time.Duration) string {
 	switch {
 	case d == 0:
 		return "–"
+	case d < 100*time.Microsecond: // a warm pool's Get: "0.00 ms" would say nothing
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
 	case d < 10*time.Millisecond:
 		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
 	case d < time.Second:

@@ -1,0 +1,497 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	osexec "os/exec"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+	"github.com/podvm/podvm/vm/kube"
+)
+
+// The kube comparison: podvm's Kubernetes backend (vm/kube) against
+// kubectl, what a user would otherwise shell out to, on the cluster
+// $KUBECONFIG names (`make kube`'s), with the image $PODVM_KUBE_IMAGE on
+// its nodes, in $PODVM_KUBE_NAMESPACE: a Run's round trip through the
+// agent and through exec sessions against `kubectl exec`, round-robin;
+// Runs per second from 1 and 16 callers on one pod; a fresh sandbox to
+// its first result against `kubectl run --rm -i`; a Get from a warm
+// vm.Pool. Without a cluster it is skipped, saying why. kubectl is
+// $PODVM_KUBECTL, else the one on PATH; it finds the cluster through
+// $KUBECONFIG. Every pod carries the run's label and podvm's owner
+// labels, and is deleted at the section's end and by the bench's cleanup.
+
+// Names of the rows.
+const (
+	nameKubeAgent   = "podvm kube, agent"
+	nameKubeExec    = "podvm kube, exec sessions"
+	nameKubectlExec = "`kubectl exec POD -- true` (a process)"
+	nameKubectlRun  = "`kubectl run --rm -i … -- echo hi` (a process)"
+)
+
+// kubeCallers are the caller counts of the concurrency measure.
+var kubeCallers = []int{1, 16}
+
+// The targets.
+const (
+	kubeRoundTripTarget = 0.05 // the agent's round trip p50, against `kubectl exec`'s
+	kubeRateTarget      = 500  // Runs/s through the agent with 16 callers
+	kubeFirstTarget     = 1.0  // a fresh sandbox's first result p50, against `kubectl run --rm -i`'s
+)
+
+var (
+	trueCommand = exec.Command{Name: "true"}
+	echoHiArgv  = []string{"echo", "hi"}
+)
+
+// errLostOutput is `kubectl run -i` exiting 0 without the command's
+// output: it attaches once it sees the pod running, and what the command
+// printed before the attach is lost (it reads the logs instead only when
+// it sees the pod already ended).
+var errLostOutput = errors.New("kubectl run exited 0 without the command's output")
+
+// kubeResult is the section's measurements, or why it was skipped.
+type kubeResult struct {
+	skip                      string
+	server, node              string // versions, for the caption
+	namespace, image, kubectl string
+	rt, first                 []*series
+	rates                     []rate // per kubeCallers
+	rateSkip                  string
+	pool                      poolResult
+}
+
+// cluster is the section's cluster and everything the bench made on it.
+type cluster struct {
+	kubeconfig, image, namespace string
+	kubectl, kubectlWhy          string // kubectl's path, or why there is none
+	opts                         []kube.Option
+	cs                           kubernetes.Interface
+	labels                       map[string]string // of kubectl's pods: the run's and podvm's owner labels
+	vms                          []vm.VM
+	n                            atomic.Int64 // numbers kubectl's pods
+}
+
+// findCluster is the cluster of the environment, or why there is none.
+func findCluster(labels map[string]string) (*cluster, string) {
+	c := &cluster{kubeconfig: os.Getenv("KUBECONFIG"), image: os.Getenv("PODVM_KUBE_IMAGE"), namespace: os.Getenv("PODVM_KUBE_NAMESPACE"), labels: labels}
+	switch {
+	case c.kubeconfig == "":
+		return nil, "no Kubernetes cluster: KUBECONFIG is not set (`make kube` brings one up; `make bench` then brings its environment in)"
+	case c.image == "":
+		return nil, "PODVM_KUBE_IMAGE is not set: the image on the cluster's nodes (scripts/kube-up.sh exports it)"
+	}
+	if c.namespace == "" {
+		c.namespace = "default"
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		return nil, "KUBECONFIG: " + oneLine(err)
+	}
+	rc.Timeout = 30 * time.Second
+	if c.cs, err = kubernetes.NewForConfig(rc); err != nil {
+		return nil, "KUBECONFIG: " + oneLine(err)
+	}
+	// As vm/kube's tests: where the network plugin does not enforce
+	// policies, accept it in writing.
+	policy := kube.WithUnenforcedNetworkPolicy()
+	if os.Getenv("PODVM_KUBE_NETWORKPOLICY") == "enforced" {
+		policy = kube.WithNetworkPolicy()
+	}
+	c.opts = []kube.Option{kube.WithKubeconfig(c.kubeconfig), kube.WithNamespace(c.namespace), policy, kube.WithLifetime(time.Hour)}
+	c.kubectl = os.Getenv("PODVM_KUBECTL")
+	if c.kubectl == "" {
+		if c.kubectl, err = osexec.LookPath("kubectl"); err != nil {
+			c.kubectl, c.kubectlWhy = "", "no kubectl: set PODVM_KUBECTL (scripts/kube-up.sh exports the cluster's own)"
+		}
+	}
+	return c, ""
+}
+
+// probe fills r's caption, or says why the cluster does not answer.
+func (c *cluster) probe(ctx context.Context, r *kubeResult) string {
+	v, err := c.cs.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Sprintf("the cluster of %s does not answer: %s", c.kubeconfig, oneLine(err))
+	}
+	r.server = v.GitVersion
+	if nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil && len(nodes.Items) > 0 {
+		r.node = fmt.Sprintf("%d node%s, %s", len(nodes.Items), plural(len(nodes.Items)), nodes.Items[0].Status.NodeInfo.ContainerRuntimeVersion)
+	}
+	r.namespace, r.image, r.kubectl = c.namespace, c.image, c.kubectl
+	return ""
+}
+
+// backend is podvm's kube backend as a bench backend; the host is not
+// its: the options name the cluster.
+func (c *cluster) backend(name string, podmanExec bool) backend {
+	return backend{name: name, new: func(ctx context.Context, _ string, cfg vm.Config) (vm.VM, error) {
+		cfg.PodmanExec = podmanExec
+		return kube.New(ctx, cfg, c.opts...)
+	}}
+}
+
+// sandbox makes and creates a sandbox of cfg on be, kept until release;
+// without one it says why.
+func (c *cluster) sandbox(ctx context.Context, be backend, cfg vm.Config) (vm.VM, string) {
+	v, err := be.new(ctx, "", cfg)
+	if err == nil {
+		c.vms = append(c.vms, v) // Remove is safe after a failed Create
+		err = v.Create(ctx)
+	}
+	if err != nil {
+		return nil, "failed: " + oneLine(err)
+	}
+	return v, ""
+}
+
+func (b *bench) kubes(ctx context.Context) error {
+	r := &kubeResult{}
+	b.kube = r
+	c, why := findCluster(b.p.labels)
+	if why == "" {
+		why = c.probe(ctx, r)
+	}
+	if why != "" {
+		r.skip = why
+		fmt.Fprintln(os.Stderr, "bench: kube: skipped:", why)
+		return nil
+	}
+	b.cluster = c
+	defer c.releaseQuietly(ctx)
+	cfg := vm.Config{Image: c.image, Pull: vm.PullNever, Labels: map[string]string{labelRun: b.p.labels[labelRun]}}
+	agent, viaExec := c.backend(nameKubeAgent, false), c.backend(nameKubeExec, true)
+
+	progress("kube: setting up")
+	var alts []alt
+	var agentVM vm.VM
+	for _, be := range []backend{agent, viaExec} {
+		v, why := c.sandbox(ctx, be, cfg)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		a := alt{name: be.name, skip: why}
+		if v != nil {
+			a.op = vmTrue(v)
+		}
+		if be.name == nameKubeAgent {
+			agentVM, r.rateSkip = v, why
+		}
+		alts = append(alts, a)
+	}
+	kc := alt{name: nameKubectlExec, skip: c.kubectlWhy}
+	if c.kubectl != "" {
+		pod, err := c.startPod(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			kc.skip = "failed: " + oneLine(err)
+		} else {
+			kc.op = c.execTrue(pod)
+		}
+	}
+	alts = append(alts, kc)
+	var err error
+	if r.rt, err = measure(ctx, "kube: round trip", alts, b.sz.warm, b.sz.exec, b.sz.budget); err != nil {
+		return err
+	}
+
+	if agentVM != nil {
+		for _, callers := range kubeCallers {
+			progress("kube: concurrency: %d callers", callers)
+			r.rates = append(r.rates, hammerEach(ctx, func() op { return vmTrue(agentVM) }, callers, b.sz.window))
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	// The long-lived pods are done with: the rest measures fresh ones.
+	c.releaseQuietly(ctx)
+
+	alts = []alt{{name: nameKubeAgent, op: vmLifecycleRun(agent, "", cfg, func(v vm.VM) op {
+		return func(ctx context.Context) error { return vmRunOK(ctx, v, echoHiArgv, "hi") }
+	})}}
+	if c.kubectl == "" {
+		alts = append(alts, alt{name: nameKubectlRun, skip: c.kubectlWhy})
+	} else {
+		alts = append(alts, alt{name: nameKubectlRun, op: c.runEcho()})
+	}
+	// Two warm-up rounds: measure drops an alternative whose every
+	// warm-up round fails, and kubectl's loses its output now and then
+	// (errLostOutput), which is a failure, not a reason to drop it.
+	if r.first, err = measure(ctx, "kube: first result", alts, 2, b.sz.lifecycle, b.sz.budget); err != nil {
+		return err
+	}
+
+	r.pool = poolResult{name: nameKubeAgent, get: &series{name: nameKubeAgent}, cycle: &series{name: nameKubeAgent}, plain: &series{name: nameKubeAgent}}
+	if err := b.warmPool(ctx, agent, cfg, max(b.sz.lifecycle, minRounds), &r.pool); err != nil {
+		return err
+	}
+	progress("")
+	return nil
+}
+
+// vmTrue runs `true` with v.Run and fails unless it exits 0 and prints
+// nothing.
+func vmTrue(v vm.VM) op {
+	return func(ctx context.Context) error {
+		res, err := v.Run(ctx, trueCommand)
+		if err != nil {
+			return err
+		}
+		return checkTrue(res.Stdout, res.Stderr, res.ExitCode)
+	}
+}
+
+func checkTrue(stdout, stderr string, code int) error {
+	if stdout != "" || stderr != "" || code != 0 {
+		return fmt.Errorf("wrong result of true: stdout %q stderr %q exit %d, want nothing and 0", stdout, stderr, code)
+	}
+	return nil
+}
+
+// podName is a new name for one of kubectl's pods.
+func (c *cluster) podName(what string) string {
+	return fmt.Sprintf("podvm-bench-%s-%s-%d", c.labels[labelRun], what, c.n.Add(1))
+}
+
+// labelList is the pods' labels as kubectl's --labels takes them.
+func (c *cluster) labelList() string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(c.labels)) {
+		kv = append(kv, k+"="+c.labels[k])
+	}
+	return strings.Join(kv, ",")
+}
+
+// command is `kubectl -n NAMESPACE args...`.
+func (c *cluster) command(ctx context.Context, args ...string) *osexec.Cmd {
+	return osexec.CommandContext(ctx, c.kubectl, append([]string{"-n", c.namespace}, args...)...)
+}
+
+// startPod makes the pod `kubectl exec` runs in, as kubectl would, and
+// waits until it is ready. Its sleep ends it within the hour whatever
+// happens to the bench.
+func (c *cluster) startPod(ctx context.Context) (string, error) {
+	name := c.podName("exec")
+	for _, args := range [][]string{
+		{"run", name, "--restart=Never", "--image=" + c.image, "--image-pull-policy=Never", "--labels=" + c.labelList(), "--command", "--", "sleep", "3600"},
+		{"wait", "--for=condition=Ready", "--timeout=2m", "pod/" + name},
+	} {
+		if out, err := c.command(ctx, args...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("kubectl %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+		}
+	}
+	return name, nil
+}
+
+// execTrue is `kubectl exec POD -- true`, its result checked.
+func (c *cluster) execTrue(pod string) op {
+	return func(ctx context.Context) error {
+		var stdout, stderr bytes.Buffer
+		cmd := c.command(ctx, "exec", pod, "--", "true")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		code, err := exitCode(cmd.Run())
+		if err != nil {
+			return fmt.Errorf("kubectl: %w", err)
+		}
+		return checkTrue(stdout.String(), stderr.String(), code)
+	}
+}
+
+// runEcho is `kubectl run --rm -i … -- echo hi` in a pod of its own,
+// which kubectl deletes before it exits (without waiting for it to go,
+// as podvm's Remove); it fails unless kubectl exits 0 having printed the
+// line hi.
+func (c *cluster) runEcho() op {
+	return func(ctx context.Context) error {
+		var stdout, stderr bytes.Buffer
+		cmd := c.command(ctx, "run", "--rm", "-i", "--restart=Never", "--image="+c.image, "--image-pull-policy=Never",
+			"--labels="+c.labelList(), c.podName("run"), "--", "echo", "hi")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		code, err := exitCode(cmd.Run())
+		switch {
+		case err != nil:
+			return fmt.Errorf("kubectl: %w", err)
+		case code != 0:
+			return fmt.Errorf("kubectl run: exit %d: %s", code, strings.TrimSpace(stderr.String()))
+		case !slices.Contains(strings.Split(stdout.String(), "\n"), "hi"):
+			return fmt.Errorf("%w: it printed %q, want the line hi", errLostOutput, stdout.String())
+		}
+		return nil
+	}
+}
+
+// release removes the sandboxes the section kept with their own Remove,
+// then deletes every pod and network policy of this run that is left
+// (kubectl's, or what an interrupted operation left) and waits until the
+// pods are gone.
+func (c *cluster) release(ctx context.Context) error {
+	var errs []error
+	for _, v := range c.vms {
+		if err := v.Remove(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kube: %s: Remove: %w", v.ID(), err))
+		}
+	}
+	c.vms = nil
+	sel := metav1.ListOptions{LabelSelector: labelRun + "=" + c.labels[labelRun]}
+	pods := c.cs.CoreV1().Pods(c.namespace)
+	grace := int64(1)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel); err != nil {
+		errs = append(errs, fmt.Errorf("kube: deleting the run's pods: %w", err))
+	}
+	if err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		errs = append(errs, fmt.Errorf("kube: deleting the run's network policies: %w", err))
+	}
+	for {
+		list, err := pods.List(ctx, sel)
+		if err == nil && len(list.Items) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			var left []string
+			if list != nil {
+				for _, p := range list.Items {
+					left = append(left, p.Name)
+				}
+			}
+			errs = append(errs, fmt.Errorf("kube: pods of this run are left in %s: %v %v", c.namespace, left, err))
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return errors.Join(errs...)
+}
+
+// releaseQuietly releases with a context of its own; what it cannot
+// remove, the bench's cleanup tries again and reports.
+func (c *cluster) releaseQuietly(ctx context.Context) {
+	rctx, cancel := removeContext(ctx)
+	defer cancel()
+	_ = c.release(rctx)
+}
+
+func (b *bench) reportKube(w io.Writer) {
+	r := b.kube
+	if r == nil {
+		return
+	}
+	if r.skip != "" {
+		fmt.Fprintf(w, "\n**Kubernetes** (`kube`): skipped: %s\n", r.skip)
+		return
+	}
+	node := ""
+	if r.node != "" {
+		node = " (" + r.node + ")"
+	}
+	kubectl := "no kubectl"
+	if r.kubectl != "" {
+		kubectl = "kubectl `" + r.kubectl + "`"
+	}
+	fmt.Fprintf(w, "\n**Kubernetes** (`kube`): podvm's kube backend against %s, on Kubernetes %s%s, namespace `%s`, image `%s` (never pulled)\n",
+		kubectl, r.server, node, r.namespace, r.image)
+	reportP50(w, "**Kubernetes, a Run's round trip** of `true` in one running pod, its result checked;", r.rt, nameKubectlExec, "`kubectl exec`")
+
+	fmt.Fprintf(w, "\n**Kubernetes, concurrency**: Runs of `true` per second through the agent, the callers sharing one pod, %v per measure\n\n", b.sz.window)
+	fmt.Fprint(w, "| how |")
+	for _, c := range kubeCallers {
+		fmt.Fprintf(w, " %d caller%s |", c, plural(c))
+	}
+	fmt.Fprint(w, " failures |\n|---|")
+	for range kubeCallers {
+		fmt.Fprint(w, "--:|")
+	}
+	fmt.Fprintln(w, "---|")
+	if r.rateSkip != "" {
+		fmt.Fprintf(w, "| %s |%s %s |\n", nameKubeAgent, strings.Repeat(" |", len(kubeCallers)), r.rateSkip)
+	} else {
+		fmt.Fprintf(w, "| %s |", nameKubeAgent)
+		var fails []string
+		for i, rt := range r.rates {
+			fmt.Fprintf(w, " %.1f |", rt.perSecond())
+			if rt.fails > 0 {
+				fails = append(fails, fmt.Sprintf("%d of %d with %d: %s", rt.fails, rt.fails+rt.ops, kubeCallers[i], oneLine(rt.err)))
+			}
+		}
+		fmt.Fprintf(w, " %s |\n", orNone(strings.Join(fails, "; ")))
+	}
+
+	reportP50(w, "**Kubernetes, a fresh sandbox to its first result**: `kube.New`, `Create`, `Run` of `echo hi`, `Remove`, against `kubectl run --rm -i --restart=Never --image=IMAGE --image-pull-policy=Never NAME -- echo hi`; both delete the pod without waiting for it to go; the output checked; after 2 warm-up rounds;",
+		r.first, nameKubectlRun, "`kubectl run`")
+	for _, s := range r.first {
+		if s.name != nameKubectlRun || s.skip != "" || !errors.Is(s.err, errLostOutput) {
+			continue
+		}
+		fmt.Fprintf(w, "\n- `kubectl run -i` lost the output of `echo hi` in %d of %d runs, exiting 0: it attaches once it sees the pod running, and what the command printed before the attach is lost (it reads the logs instead only when it sees the pod already ended). Those runs count as failures.\n",
+			s.fails, s.fails+len(s.d))
+	}
+	reportWarmPool(w, "**Kubernetes, pool, warm**", []poolResult{r.pool})
+	b.reportKubeTargets(w)
+}
+
+func (b *bench) reportKubeTargets(w io.Writer) {
+	r := b.kube
+	fmt.Fprintln(w, "\n**Kubernetes targets**\n\n| target | measured | result |\n|---|---|---|")
+	verdict := func(what, measured string, have, pass bool, bound string) {
+		switch {
+		case !have:
+			fmt.Fprintf(w, "| %s | not measured | – |\n", what)
+		case pass:
+			fmt.Fprintf(w, "| %s | %s | pass |\n", what, measured)
+		default:
+			fmt.Fprintf(w, "| %s | %s | **miss**, bounded by %s |\n", what, measured, bound)
+		}
+	}
+	p50ratio := func(what string, x, y *series, limit float64, bound string) {
+		if x == nil || y == nil {
+			verdict(what, "", false, false, "")
+			return
+		}
+		q := float64(x.p50()) / float64(y.p50())
+		verdict(what, fmt.Sprintf("%.3f× (%s vs %s)", q, ms(x.p50()), ms(y.p50())), true, q <= limit, bound)
+	}
+
+	bound := "the agent's channel: a Run goes through the API server and the kubelet on the pod's one attach stream"
+	if e := find(r.rt, nameKubeExec); e != nil {
+		bound += fmt.Sprintf("; an exec session, a new stream per Run, takes %s", ms(e.p50()))
+	}
+	p50ratio(fmt.Sprintf("kube, agent: round trip p50 ≤ %.2f× `kubectl exec`'s", kubeRoundTripTarget),
+		find(r.rt, nameKubeAgent), find(r.rt, nameKubectlExec), kubeRoundTripTarget, bound)
+
+	what := fmt.Sprintf("kube, agent: ≥ %d Runs/s with %d callers on one pod", kubeRateTarget, kubeCallers[len(kubeCallers)-1])
+	if len(r.rates) == len(kubeCallers) {
+		one, all := r.rates[0].perSecond(), r.rates[len(r.rates)-1].perSecond()
+		verdict(what, fmt.Sprintf("%.0f/s", all), true, all >= kubeRateTarget,
+			fmt.Sprintf("two cores shared by the API server, the kubelet, containerd and this process: one caller gets %.0f/s", one))
+	} else {
+		verdict(what, "", false, false, "")
+	}
+
+	p50ratio(fmt.Sprintf("kube, agent: a fresh sandbox's first result p50 ≤ %.0f× `kubectl run --rm -i`'s", kubeFirstTarget),
+		find(r.first, nameKubeAgent), find(r.first, nameKubectlRun), kubeFirstTarget,
+		"the pod's start: podvm's pod runs an init container first (the agent's delivery, fed through an attach), kubectl's none")
+
+	p := r.pool
+	what = fmt.Sprintf("kube, agent: Get p50 ≤ %s with a warm pool", ms(getTarget))
+	if p.skip != "" || p.get == nil || !p.get.ok() {
+		verdict(what, "", false, false, "")
+	} else {
+		verdict(what, ms(p.get.p50()), true, p.get.p50() <= getTarget,
+			fmt.Sprintf("this process: a warm Get takes a ready sandbox and asks nothing of the cluster (p90 %s)", ms(p.get.p90())))
+	}
+}
