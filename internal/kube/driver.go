@@ -36,11 +36,14 @@
 // alone, no environment, working directory or user.
 //
 // Remove ends PID 1 before it deletes the pod: it closes the stdin of the
-// attach the driver holds on either path, waits (5 s at most) for that
-// attach to end, which it does once Main's process has exited, and only
-// then deletes the pod with grace period 0. The API object, and so its
-// NetworkPolicy, never goes while the sandbox's processes may still run;
-// and it goes at once, as a graceful deletion's would not.
+// attach the driver holds on either path, waits (5 s at most, and while
+// its ctx lasts) for that attach to end, which it does once Main's
+// process has exited, and only then deletes the pod with grace period 0.
+// Normally, then, the API object, and so its NetworkPolicy, goes only
+// once the sandbox's PID 1 has exited; and it goes at once, as a
+// graceful deletion's would not. Past the wait, or without an attach
+// held (Reap, or another process's Remove), the pod is deleted at once,
+// and its containers may run a moment longer than its policy.
 package kube
 
 import (
@@ -465,9 +468,12 @@ func (d *Driver) Start(ctx context.Context, id string) error {
 // object 1 to 4 s after Remove, a container that looks leaked.
 //
 // In the normal case the wait is that of Main's exit reaching the
-// caller through the kubelet and the API server. Without an attach held
-// (another process made the pod, or Attach never succeeded), the pod is
-// deleted at once.
+// caller through the kubelet and the API server (tens of milliseconds).
+// Past endWait, when ctx ends, or without an attach held (another process
+// made the pod, or Attach never succeeded), the pod is deleted at once,
+// and its containers may outlive its policy by a moment. The deletion has
+// a context of its own (cleanupTimeout), so that a ctx that ended during
+// the wait still removes the pod.
 func (d *Driver) Remove(ctx context.Context, id string) error {
 	d.mu.Lock()
 	held := d.held[id]
@@ -477,7 +483,11 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	if held != nil {
 		held.end(ctx, endWait)
 	}
-	return d.deletePod(ctx, id)
+	// With a context of its own: the pod must go even when ctx ended
+	// during the wait.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return d.deletePod(dctx, id)
 }
 
 // endWait bounds the wait for an attach to end by itself once its stdin

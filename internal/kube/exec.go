@@ -15,8 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -38,74 +41,95 @@ import (
 // WebSocket and SPDY alike). So once the command has exited the script
 // writes MARK and "end" on stdout, after everything of the command's,
 // and MARK and "exited STATUS" on stderr, and then holds the session open
-// by reading its own stdin, which the driver ends once it has read both
-// marks: everything before them has arrived, and the status is the
-// mark's. A session that ends without them is an error, never a short
-// result. MARK is random per session and reaches the script in two
-// halves, so no process of the sandbox can read it from the script's
-// argv (ps) and forge an end. The hold needs the session's stdin: for a
-// command that reads its own, the hold ends when that stdin does, and a
-// cut after it is detected (an error), not prevented.
+// by reading its own stdin (cat, exec'd: the session's own status is 0,
+// the command's travels in the mark), which the driver ends once it has
+// read both marks: everything before them has arrived. A session that
+// ends without them is an error, never a short result. MARK is random per
+// session and is the first line of the session's stdin, read by the
+// script before anything else (a shell reads a pipe a byte at a time, so
+// the rest is the command's): it appears in no argv a process of the pod
+// could read. It guards against chance matches and argv readers; a
+// process of the sandbox running as the run's user can still meddle with
+// the run's streams, as it can with any of its processes. The marks are
+// written again until they go through: a command may leave the pipes
+// they share non-blocking (O_NONBLOCK) and full. The hold needs the
+// session's stdin: for a command that reads its own, the hold ends when
+// that stdin does, and a cut after it is detected (an error), not
+// prevented. Once both marks are in, the session is given markGrace to
+// end, then cut: a child the command left in the background holds its
+// output pipes, and containerd ends the session only when they close.
 
 // execScript sets up a command as Podman's exec would and runs it:
 //
-//	sh -c execScript podvm-exec M1 M2 DIR N IN KEY=VALUE... ARGV...
+//	sh -c execScript podvm-exec DIR N IN KEY=VALUE... ARGV...
 //
-// MARK is M1 and M2 together. It changes to DIR when it is not empty,
-// takes out the variables sh itself exports (SHLVL, PWD, OLDPWD), exports
-// the N entries (the container's environment is the base), finds ARGV[0]
-// as execve would (a path as it is, else in $PATH), and runs it in a
-// subshell, its stdin the session's when IN is not empty, else
-// /dev/null. When it cannot, its stderr mark says why (env, dir,
-// notfound, perm) and it exits 127. While the command runs, the script's
-// own stderr is /dev/null (the command has the session's, as fd 3 saved
-// it): a shell reports a child killed by a signal there ("Killed"). It is
-// POSIX sh: busybox's ash, dash, bash.
-const execScript = `m=$1$2 d=$3 n=$4 i=$5; shift 5
-end() { printf '%s end\n' "$m"; printf '%s %s\n' "$m" "$1" >&2; cat >/dev/null 2>&1; exit $2; }
-if [ -n "$d" ]; then cd "$d" 2>/dev/null || end dir 127; fi
-unset SHLVL PWD OLDPWD
-while [ "$n" -gt 0 ]; do export "$1" 2>/dev/null || end env 127; shift; n=$((n-1)); done
-case $1 in
-*/*) f=$1 ;;
-*) f=; set -f; o=$IFS; IFS=:
-   for x in $PATH; do [ -f "${x:-.}/$1" ] && [ -x "${x:-.}/$1" ] && { f=${x:-.}/$1; break; }; done
-   IFS=$o; set +f
-   [ -n "$f" ] || end notfound 127 ;;
-esac
-[ -e "$f" ] || end notfound 127
-[ -d "$f" ] || [ ! -x "$f" ] && end perm 127
+// with MARK on the first line of its stdin. It changes to DIR when it is
+// not empty and runs the command in a subshell, its stdin the session's
+// when IN is not empty, else /dev/null: the subshell takes out the
+// variables sh itself exports (SHLVL, PWD, OLDPWD), exports the N entries
+// (the container's environment is the base), finds ARGV[0] as execve
+// would (a path as it is, else in $PATH), and execs it. When it cannot,
+// its stderr mark says why (env, dir, notfound, perm). The user's
+// variables live in the subshell alone, so they cannot change the
+// script's own (whose names, podvm_*, [Driver.Exec] refuses) or its
+// PATH. While the command runs, the script's own stderr is /dev/null (the
+// command has the session's, which fd 3 saved): a shell reports a child
+// killed by a signal there ("Killed"), and a failed fork. It is POSIX sh:
+// busybox's ash, dash, bash.
+const execScript = `read -r podvm_m || exit 125
+podvm_d=$1 podvm_n=$2 podvm_i=$3; shift 3
+podvm_say() { until printf '%s %s\n' "$podvm_m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
+podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat >/dev/null 2>&1; }
+podvm_run() (
+  podvm_no() { podvm_say "$1" >&3; exit 127; }
+  unset SHLVL PWD OLDPWD
+  while [ "$podvm_n" -gt 0 ]; do export "$1" || podvm_no env; shift; podvm_n=$((podvm_n-1)); done
+  case $1 in
+  */*) podvm_f=$1 ;;
+  *) podvm_f=; set -f; podvm_o=$IFS; IFS=:
+     for podvm_x in $PATH; do [ -f "${podvm_x:-.}/$1" ] && [ -x "${podvm_x:-.}/$1" ] && { podvm_f=${podvm_x:-.}/$1; break; }; done
+     IFS=$podvm_o; set +f
+     [ -n "$podvm_f" ] || podvm_no notfound ;;
+  esac
+  [ -e "$podvm_f" ] || podvm_no notfound
+  [ -d "$podvm_f" ] || [ ! -x "$podvm_f" ] && podvm_no perm
+  exec "$@" 2>&3 3>&-
+)
+if [ -n "$podvm_d" ]; then cd "$podvm_d" 2>/dev/null || podvm_end dir; fi
 exec 3>&2 2>/dev/null
-if [ -n "$i" ]; then ( exec "$@" 2>&3 3>&- ); else ( exec "$@" 2>&3 3>&- </dev/null ); fi; s=$?
+if [ -n "$podvm_i" ]; then podvm_run "$@"; else podvm_run "$@" </dev/null; fi
+podvm_s=$?
 exec 2>&3 3>&-
-end "exited $s" $s`
+podvm_end "exited $podvm_s"`
 
 // Exec runs p in Main of pod id, as the container's user: the exec API
 // cannot run a command as another, and p.User is not looked at (the
-// sandbox passes its own user, which the pod already runs as). A command that could not
-// start is an error matching [exec.ErrNotFound], [exec.ErrPermission] or
-// [exec.ErrDirNotFound], with started false. A session that ended before
-// the script's marks is an error matching [driver.ErrUnavailable] (the
-// connection was cut) or [driver.ErrPodman] (the script itself ended
-// early: killed, or it could not fork).
+// sandbox passes its own user, which the pod already runs as). A command
+// that could not start is an error matching [exec.ErrNotFound],
+// [exec.ErrPermission] or [exec.ErrDirNotFound], with started false. An
+// environment variable the script's sh cannot set for the command (a
+// name that is not a shell name, one a shell holds read-only, podvm_*) is
+// [driver.ErrNotSupported]. A session that ended before the script's
+// marks is an error matching [driver.ErrUnavailable] (the connection was
+// cut) or [driver.ErrPodman] (the script itself ended early: killed, or
+// it could not fork), with started true: the command may run on.
 func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
 	if len(p.Argv) == 0 {
 		return 0, false, fmt.Errorf("%w: kube: exec: no command", exec.ErrInvalidCommand)
 	}
 	for _, kv := range p.Env {
-		if name, _, _ := strings.Cut(kv, "="); !shellName(name) {
-			return 0, false, fmt.Errorf("%w: kube: environment variable %q: the exec path sets the environment through sh, which cannot export that name", driver.ErrNotSupported, name)
+		name, _, _ := strings.Cut(kv, "=")
+		if why := unsettable(name); why != "" {
+			return 0, false, fmt.Errorf("%w: kube: environment variable %q: the exec path sets the environment through sh, where %s", driver.ErrNotSupported, name, why)
 		}
 	}
-	mark := newMark("podvm-exec-")
 	in := ""
 	if p.Stdin != nil {
 		in = "in"
 	}
-	h := len(mark) / 2
-	argv := append([]string{"/bin/sh", "-c", execScript, "podvm-exec", mark[:h], mark[h:], p.Workdir, strconv.Itoa(len(p.Env)), in}, p.Env...)
+	argv := append([]string{"/bin/sh", "-c", execScript, "podvm-exec", p.Workdir, strconv.Itoa(len(p.Env)), in}, p.Env...)
 	argv = append(argv, p.Argv...)
-	s := newMarked(mark, p.Stdin, orDiscard(p.Stdout), orDiscard(p.Stderr))
+	s := newMarked("podvm-exec-", p.Stdin, orDiscard(p.Stdout), orDiscard(p.Stderr))
 	defer s.stop()
 	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: argv, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
@@ -123,20 +147,34 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bo
 	case ctx.Err() != nil:
 		return 0, true, fmt.Errorf("vm: kube: exec in %s: %w", id, ctx.Err())
 	}
-	return 0, s.started(), s.cut("exec in", id, err)
+	return 0, !refused(err), s.cut("exec in", id, err)
 }
 
-// shellName reports whether sh can export a variable of this name.
-func shellName(name string) bool {
-	if name == "" || name[0] >= '0' && name[0] <= '9' {
-		return false
+// unsettable says why execScript cannot export a variable of this name
+// for the command, or "" when it can.
+func unsettable(name string) string {
+	switch {
+	case name == "" || name[0] >= '0' && name[0] <= '9' || strings.ContainsFunc(name, func(c rune) bool {
+		return !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9')
+	}):
+		return "it is not a shell variable's name"
+	case strings.HasPrefix(name, "podvm_"):
+		return "the script's own variables are named podvm_*"
+	case readOnly[name]:
+		return "a shell holds it read-only (bash: setting it ends the script)"
 	}
-	for _, c := range []byte(name) {
-		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
+	return ""
+}
+
+// readOnly are the variables bash, as an image's /bin/sh, holds
+// read-only.
+var readOnly = map[string]bool{"BASHOPTS": true, "BASH_VERSINFO": true, "EUID": true, "PPID": true, "SHELLOPTS": true, "UID": true}
+
+// refused reports an error of an exec the API server or the kubelet
+// refused before it ran anything.
+func refused(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) || httpstream.IsUpgradeFailure(err)
 }
 
 // startError is the error of a command execScript could not start.
@@ -149,38 +187,47 @@ func startError(name, dir, why string) error {
 	case "dir":
 		return fmt.Errorf("%w: kube: %s", exec.ErrDirNotFound, dir)
 	case "env":
-		return fmt.Errorf("%w: kube: an environment variable whose name sh cannot export: the exec path sets the environment through sh", driver.ErrNotSupported)
+		return fmt.Errorf("%w: kube: an environment variable sh could not export: the exec path sets the environment through sh", driver.ErrNotSupported)
 	}
 	return fmt.Errorf("%w: kube: %s could not start: %s", driver.ErrPodman, name, why)
 }
 
+// markGrace is how long a session whose marks are in may take to end
+// before it is cut: the script ends at once, but containerd waits for
+// the output pipes to close, which a child the command left in the
+// background may hold. A variable for the tests.
+var markGrace = 2 * time.Second
+
 // marked is one exec session of a script that ends with the marks (see
-// the top of this file): it filters them out of stdout and stderr, and
-// ends the session's stdin once it has both. Its stdin is the caller's
-// (in) when there is one, copied until it ends; the session ends when the
-// script does.
+// the top of this file): it sends the mark as the first line of the
+// session's stdin, filters the marks out of stdout and stderr, and ends
+// the session's stdin once it has both. The rest of its stdin is the
+// caller's (in) when there is one, copied until it ends.
 type marked struct {
 	out, errs *markFilter
 	stdin     *io.PipeReader
 	hold      *io.PipeWriter
-	werr      error // the first failure of an output writer, once streamed
+	both      chan struct{} // closed once both marks are in
+	werr      error         // the first failure of an output writer, once streamed
 
 	mu    sync.Mutex
 	ended bool   // stdout's mark
 	word  string // stderr's mark's word: "exited STATUS", or why not
 }
 
-func newMarked(mark string, in io.Reader, stdout, stderr io.Writer) *marked {
-	s := &marked{}
+func newMarked(prefix string, in io.Reader, stdout, stderr io.Writer) *marked {
+	mark := prefix + randomHex() + ":"
+	s := &marked{both: make(chan struct{})}
 	s.stdin, s.hold = io.Pipe()
 	s.out = &markFilter{mark: mark, w: stdout, line: s.saw(true)}
 	s.errs = &markFilter{mark: mark, w: stderr, line: s.saw(false)}
-	if in != nil {
-		go func() {
-			_, err := io.Copy(s.hold, in)
+	go func() {
+		_, err := io.WriteString(s.hold, mark+"\n")
+		if err == nil && in != nil {
+			_, err = io.Copy(s.hold, in)
 			s.hold.CloseWithError(err)
-		}()
-	}
+		}
+	}()
 	return s
 }
 
@@ -189,6 +236,9 @@ func (s *marked) saw(out bool) func(string) {
 	return func(word string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.ended && s.word != "" {
+			return
+		}
 		switch {
 		case out && word == "end":
 			s.ended = true
@@ -197,13 +247,29 @@ func (s *marked) saw(out bool) func(string) {
 		}
 		if s.ended && s.word != "" {
 			s.hold.Close() // both marks are in: the script may end
+			close(s.both)
 		}
 	}
 }
 
-// stream runs the session to its end.
+// stream runs the session to its end, or to markGrace after both marks.
 func (s *marked) stream(ctx context.Context, ex remotecommand.Executor) error {
-	err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: s.stdin, Stdout: s.out, Stderr: s.errs})
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: s.stdin, Stdout: s.out, Stderr: s.errs})
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-s.both:
+		select {
+		case err = <-done:
+		case <-time.After(markGrace):
+			cancel() // everything is in; a background child holds the pipes
+		}
+	}
 	s.stop()
 	return err
 }
@@ -232,10 +298,10 @@ func (s *marked) result() (code int, why string, complete bool) {
 	return code, "", s.ended && err == nil
 }
 
-// started reports that anything came back from the session.
-func (s *marked) started() bool { return s.out.received() > 0 || s.errs.received() > 0 }
-
 // cut is the error of a session that ended, with err, before its marks.
+// The script's session ends with cat's status, 0, once it has written
+// them: another status is the script's own end (killed, or a failed
+// fork).
 func (s *marked) cut(what, id string, err error) error {
 	var ce utilexec.CodeExitError
 	switch {
@@ -336,30 +402,32 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-// tarScript is the copies' exec: `sh -c tarScript podvm-tar M1 M2 in
-// DIR` extracts stdin into DIR; `... M1 M2 out PATH` archives PATH, named
-// after its base name, following PATH itself when it is a symlink (a
-// link to a directory is archived from inside, as "./…", which
-// [renameDot] names after PATH). DIR and PATH come as printf octal
-// escapes (octal): any byte reaches the script, where the exec API's
-// argv, carried by gRPC strings, takes UTF-8 only. It ends with the
-// marks, as execScript does (its stderr's word is "exited STATUS", or
-// "missing" when DIR or PATH is not there), and holds the session until
-// the driver ends its stdin: extraction reads the rest of the archive
-// after tar, so that the session ends (containerd waits for the stdin it
+// tarScript is the copies' exec: `sh -c tarScript podvm-tar in DIR`
+// extracts stdin into DIR; `... out PATH` archives PATH, named after its
+// base name, following PATH itself when it is a symlink (a link to a
+// directory is archived from inside, as "./…", which [renameDot] names
+// after PATH). DIR and PATH come as printf octal escapes (octal): any
+// byte reaches the script, where the exec API's argv, carried by gRPC
+// strings, takes UTF-8 only. MARK is the first line of stdin, and the
+// script ends with the marks, as execScript does: its stderr's word is
+// "exited STATUS", tar's, or "missing" when DIR or PATH is not there.
+// Extraction reads what follows the archive until the driver ends its
+// stdin, so that the session ends (containerd waits for the stdin it
 // was given to be taken).
-const tarScript = `m=$1$2 op=$3 p=$(printf "$4"; echo x); p=${p%x}
-end() { printf '%s end\n' "$m"; printf '%s %s\n' "$m" "$1" >&2; cat >/dev/null 2>&1; exit $2; }
+const tarScript = `read -r m || exit 125
+op=$1 p=$(printf "$2"; echo x); p=${p%x}
+say() { until printf '%s %s\n' "$m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
+end() { say end; say "$1" >&2; exec cat >/dev/null 2>&1; }
 case $op in
-in) cd "$p" 2>/dev/null || end missing 2; tar -x -f - ;;
-out) [ -e "$p" ] || [ -L "$p" ] || end missing 2
+in) cd "$p" 2>/dev/null || end missing; tar -x -f - ;;
+out) [ -e "$p" ] || [ -L "$p" ] || end missing
    if [ "$p" = / ]; then cd / && tar -c -f - .
    elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
-   else d=${p%/*}; cd "${d:-/}" || end missing 2
+   else d=${p%/*}; cd "${d:-/}" || end missing
      if [ -L "$p" ]; then tar -c -h -f - "${p##*/}"; else tar -c -f - "${p##*/}"; fi
    fi ;;
 esac
-s=$?; end "exited $s" $s`
+end "exited $?"`
 
 // octal spells s as printf's octal escapes.
 func octal(s string) string {
@@ -430,12 +498,10 @@ func renameDot(r io.Reader, w io.Writer, base string) error {
 }
 
 func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Writer) error {
-	mark := newMark("podvm-tar-")
-	h := len(mark) / 2
 	stderr := capture.New(4 << 10)
-	s := newMarked(mark, r, orDiscard(w), stderr)
+	s := newMarked("podvm-tar-", r, orDiscard(w), stderr)
 	defer s.stop()
-	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: []string{"/bin/sh", "-c", tarScript, "podvm-tar", mark[:h], mark[h:], op, octal(p)},
+	ex, err := d.executor(id, "exec", &corev1.PodExecOptions{Container: Main, Command: []string{"/bin/sh", "-c", tarScript, "podvm-tar", op, octal(p)},
 		Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return err
@@ -456,9 +522,6 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 	}
 	return s.cut("copy "+op, p, err)
 }
-
-// newMark returns a fresh mark for the scripts: prefix, random, ":".
-func newMark(prefix string) string { return prefix + randomHex() + ":" }
 
 func randomHex() string {
 	var b [8]byte

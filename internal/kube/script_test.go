@@ -2,7 +2,11 @@ package kube
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -14,59 +18,75 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/remotecommand"
 )
 
-// The scripts run on this machine's sh as they would in a pod: the
-// command's output first, then the marks, and the script holds on until
-// its stdin ends.
+// The scripts run on this machine's sh as they would in a pod: the mark
+// is the first line of stdin, the command's output comes first, then the
+// marks, and the script holds on until its stdin ends, ending 0 whatever
+// the command's status (which is in the mark).
 func TestExecScriptMarks(t *testing.T) {
 	const mark = "podvm-exec-feed:"
 	for _, c := range []struct {
-		name       string
-		dir        string
-		env, argv  []string
-		out, err   string
-		word       string
-		exitStatus int
+		name      string
+		dir       string
+		env, argv []string
+		stdin     string // the command's: the script's hold then ends with it
+		out, err  string
+		words     []string
 	}{
-		{name: "status", argv: []string{"sh", "-c", `echo out; echo err >&2; exit 3`}, out: "out\n", err: "err\n", word: "exited 3", exitStatus: 3},
-		{name: "env and dir", dir: "/", env: []string{"A=b c"}, argv: []string{"sh", "-c", `printf '%s %s' "$A" "$PWD"`}, out: "b c /", word: "exited 0"},
-		{name: "killed, quietly", argv: []string{"sh", "-c", `kill -9 $$`}, word: "exited 137", exitStatus: 137},
-		{name: "not found", argv: []string{"no-such-command"}, word: "notfound", exitStatus: 127},
-		{name: "no dir", dir: "/no/such", argv: []string{"true"}, word: "dir", exitStatus: 127},
-		{name: "not executable", argv: []string{"/etc/passwd"}, word: "perm", exitStatus: 127},
+		{name: "status", argv: []string{"sh", "-c", `echo out; echo err >&2; exit 3`}, out: "out\n", err: "err\n", words: []string{"exited 3"}},
+		{name: "env and dir", dir: "/", env: []string{"A=b c"}, argv: []string{"sh", "-c", `printf '%s %s' "$A" "$PWD"`}, out: "b c /", words: []string{"exited 0"}},
+		{name: "env cannot touch the script", env: []string{"m=x", "n=9", "i=1", "d=/no", "s=1", "PATH=/nowhere", "IFS=x"}, argv: []string{"/bin/sh", "-c", `echo "$m$n$PATH"`},
+			out: "x9/nowhere\n", words: []string{"exited 0"}},
+		{name: "the path of the command's env", env: []string{"PATH=/nowhere"}, argv: []string{"sh"}, words: []string{"notfound", "exited 127"}},
+		{name: "stdin", argv: []string{"cat"}, stdin: "hello\nworld", out: "hello\nworld", words: []string{"exited 0"}},
+		{name: "killed, quietly", argv: []string{"sh", "-c", `kill -9 $$`}, words: []string{"exited 137"}},
+		{name: "not found", argv: []string{"no-such-command"}, words: []string{"notfound", "exited 127"}},
+		{name: "no dir", dir: "/no/such", argv: []string{"true"}, words: []string{"dir"}},
+		{name: "not executable", argv: []string{"/etc/passwd"}, words: []string{"perm", "exited 127"}},
 	} {
 		for _, shell := range shells(t) {
 			t.Run(shell[len(shell)-1]+"/"+c.name, func(t *testing.T) {
-				args := append([]string{"-c", execScript, "podvm-exec", mark[:5], mark[5:], c.dir, strconv.Itoa(len(c.env)), ""}, c.env...)
+				in := ""
+				if c.stdin != "" {
+					in = "in"
+				}
+				args := append([]string{"-c", execScript, "podvm-exec", c.dir, strconv.Itoa(len(c.env)), in}, c.env...)
 				args = append(args, c.argv...)
 				cmd := osexec.Command(shell[0], append(shell[1:], args...)...)
-				in, err := cmd.StdinPipe()
+				stdin, err := cmd.StdinPipe()
 				require.NoError(t, err)
 				var out, errs lockedBuffer
 				cmd.Stdout, cmd.Stderr = &out, &errs
 				require.NoError(t, cmd.Start())
 				done := make(chan error, 1)
 				go func() { done <- cmd.Wait() }()
+				_, err = io.WriteString(stdin, mark+"\n"+c.stdin)
+				require.NoError(t, err)
+				if c.stdin != "" {
+					stdin.Close() // the command's stdin ends, and the hold with it
+				}
 				deadline := time.Now().Add(10 * time.Second)
 				for !strings.Contains(errs.String(), mark) || !strings.Contains(out.String(), mark) {
 					require.True(t, time.Now().Before(deadline), "no marks: %q %q", out.String(), errs.String())
 					time.Sleep(5 * time.Millisecond)
 				}
-				select {
-				case <-done:
-					t.Fatal("the script ended before its stdin did")
-				case <-time.After(100 * time.Millisecond):
+				if c.stdin == "" {
+					select {
+					case <-done:
+						t.Fatal("the script ended before its stdin did")
+					case <-time.After(100 * time.Millisecond):
+					}
+					stdin.Close()
 				}
-				in.Close()
-				err = <-done
-				code := 0
-				if ee, ok := err.(*osexec.ExitError); ok {
-					code = ee.ExitCode()
-				}
-				assert.Equal(t, c.exitStatus, code)
+				require.NoError(t, <-done, "the script's own status is cat's")
 				assert.Equal(t, c.out+mark+" end\n", out.String())
-				assert.Equal(t, c.err+mark+" "+c.word+"\n", errs.String())
+				want := c.err
+				for _, w := range c.words {
+					want += mark + " " + w + "\n"
+				}
+				assert.Equal(t, want, errs.String())
 			})
 		}
 	}
@@ -104,8 +124,8 @@ func TestTarScriptMarks(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o644))
 	run := func(t *testing.T, shell []string, op, p string, stdin []byte) (string, string, int) {
-		cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", mark[:4], mark[4:], op, octal(p))...)
-		cmd.Stdin = bytes.NewReader(stdin)
+		cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", op, octal(p))...)
+		cmd.Stdin = io.MultiReader(strings.NewReader(mark+"\n"), bytes.NewReader(stdin))
 		var out, errs lockedBuffer
 		cmd.Stdout, cmd.Stderr = &out, &errs
 		err := cmd.Run()
@@ -118,7 +138,7 @@ func TestTarScriptMarks(t *testing.T) {
 	for _, shell := range shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
 			out, errs, code := run(t, shell, "out", filepath.Join(dir, "f"), nil)
-			require.Equal(t, 0, code, errs)
+			require.Equal(t, 0, code, errs) // cat's: tar's status is in the mark
 			assert.Equal(t, mark+" exited 0\n", errs)
 			archive, ok := strings.CutSuffix(out, mark+" end\n")
 			require.True(t, ok, "no end mark after the archive")
@@ -127,7 +147,7 @@ func TestTarScriptMarks(t *testing.T) {
 			assert.Equal(t, "f", h.Name)
 
 			out, errs, code = run(t, shell, "out", filepath.Join(dir, "missing"), nil)
-			assert.Equal(t, 2, code)
+			assert.Equal(t, 0, code)
 			assert.Equal(t, mark+" end\n", out)
 			assert.Equal(t, mark+" missing\n", errs)
 
@@ -140,8 +160,56 @@ func TestTarScriptMarks(t *testing.T) {
 			assert.Equal(t, "data", string(got))
 
 			_, errs, code = run(t, shell, "in", into, []byte("not a tar archive, long enough to be read as a header block"))
-			assert.NotEqual(t, 0, code)
+			assert.Equal(t, 0, code)
 			assert.Contains(t, errs, mark+" exited ")
+			assert.NotContains(t, errs, mark+" exited 0")
 		})
+	}
+}
+
+// fakeSession reads the mark from its stdin, writes out and the marks,
+// then stays until cut, as a session whose command left a child holding
+// its output does.
+type fakeSession struct{ out string }
+
+func (f fakeSession) Stream(remotecommand.StreamOptions) error { panic("not used") }
+
+func (f fakeSession) StreamWithContext(ctx context.Context, so remotecommand.StreamOptions) error {
+	mark, err := bufio.NewReader(so.Stdin).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	mark = strings.TrimSuffix(mark, "\n")
+	fmt.Fprintf(so.Stdout, "%s%s end\n", f.out, mark)
+	fmt.Fprintf(so.Stderr, "%s exited 4\n", mark)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Once both marks are in, a session that does not end is cut after
+// markGrace, and the marks' result stands.
+func TestMarkedGrace(t *testing.T) {
+	defer func(g time.Duration) { markGrace = g }(markGrace)
+	markGrace = 100 * time.Millisecond
+	var out bytes.Buffer
+	s := newMarked("podvm-test-", nil, &out, io.Discard)
+	start := time.Now()
+	_ = s.stream(context.Background(), fakeSession{out: "data"})
+	assert.Less(t, time.Since(start), 5*time.Second)
+	code, why, complete := s.result()
+	assert.True(t, complete)
+	assert.Equal(t, "", why)
+	assert.Equal(t, 4, code)
+	assert.Equal(t, "data", out.String())
+}
+
+// The names the exec path refuses, before any session.
+func TestUnsettable(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"A": true, "_x9": true, "PATH": true, "m": true,
+		"": false, "9a": false, "A-B": false, "a.b": false, "é": false,
+		"podvm_m": false, "UID": false, "PPID": false, "SHELLOPTS": false,
+	} {
+		assert.Equal(t, ok, unsettable(name) == "", "%q: %s", name, unsettable(name))
 	}
 }
