@@ -43,7 +43,10 @@ import (
 // and MARK and "exited STATUS" on stderr, and then holds the session open
 // by reading its own stdin (cat, exec'd: the session's own status is 0,
 // the command's travels in the mark), which the driver ends once it has
-// read both marks: everything before them has arrived. A session that
+// read both marks: everything before them has arrived. What holds the
+// output is the output pipes, not the process: containerd drops what is
+// in flight once every writer of the session's stdout and stderr has
+// closed them, so cat keeps them open (as fds 3 and 4) until it ends. A session that
 // ends without them is an error, never a short result. MARK is random per
 // session and is the first line of the session's stdin, read by the
 // script before anything else (a shell reads a pipe a byte at a time, so
@@ -79,7 +82,7 @@ import (
 const execScript = `read -r podvm_m || exit 125
 podvm_d=$1 podvm_n=$2 podvm_i=$3; shift 3
 podvm_say() { until printf '%s %s\n' "$podvm_m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
-podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat >/dev/null 2>&1; }
+podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2>&1; }
 podvm_run() (
   podvm_no() { podvm_say "$1" >&3; exit 127; }
   unset SHLVL PWD OLDPWD
@@ -417,7 +420,7 @@ func orDiscard(w io.Writer) io.Writer {
 const tarScript = `read -r m || exit 125
 op=$1 p=$(printf "$2"; echo x); p=${p%x}
 say() { until printf '%s %s\n' "$m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
-end() { say end; say "$1" >&2; exec cat >/dev/null 2>&1; }
+end() { say end; say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2>&1; }
 case $op in
 in) cd "$p" 2>/dev/null || end missing; tar -x -f - ;;
 out) [ -e "$p" ] || [ -L "$p" ] || end missing

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,10 +59,28 @@ func TestExecScriptMarks(t *testing.T) {
 				stdin, err := cmd.StdinPipe()
 				require.NoError(t, err)
 				var out, errs lockedBuffer
-				cmd.Stdout, cmd.Stderr = &out, &errs
+				outPipe, err := cmd.StdoutPipe()
+				require.NoError(t, err)
+				errPipe, err := cmd.StderrPipe()
+				require.NoError(t, err)
 				require.NoError(t, cmd.Start())
+				// The output pipes' ends: the hold is theirs (containerd
+				// drops what is in flight once they close).
+				var eof sync.WaitGroup
+				var closed atomic.Int32
+				for _, c := range []struct {
+					r io.Reader
+					w *lockedBuffer
+				}{{outPipe, &out}, {errPipe, &errs}} {
+					eof.Add(1)
+					go func() {
+						defer eof.Done()
+						_, _ = io.Copy(c.w, c.r)
+						closed.Add(1)
+					}()
+				}
 				done := make(chan error, 1)
-				go func() { done <- cmd.Wait() }()
+				go func() { eof.Wait(); done <- cmd.Wait() }()
 				_, err = io.WriteString(stdin, mark+"\n"+c.stdin)
 				require.NoError(t, err)
 				if c.stdin != "" {
@@ -78,6 +97,7 @@ func TestExecScriptMarks(t *testing.T) {
 						t.Fatal("the script ended before its stdin did")
 					case <-time.After(100 * time.Millisecond):
 					}
+					assert.Zero(t, closed.Load(), "an output pipe closed before the script's stdin did")
 					stdin.Close()
 				}
 				require.NoError(t, <-done, "the script's own status is cat's")
