@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -354,4 +355,40 @@ func TestCloseIdleConnections(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	assert.LessOrEqual(t, after, before, "goroutines left by 20 closed clients")
+}
+
+// A read the service answered with a recovered panic (Podman 4.3's image
+// inspect, now and then) is asked again, twice at most; another failure,
+// or a panic of a request that changes something, is not.
+func TestReadAskedAgainAfterAPanic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	answer := func(status int, msg string) libpodtest.Handler {
+		body := fmt.Sprintf(`{"cause":%q,"message":%q,"response":%d}`, msg, msg, status)
+		raw := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", status, http.StatusText(status), len(body), body)
+		return func(*libpodtest.Request) libpodtest.Answer { return libpodtest.Bytes([]byte(raw)) }
+	}
+	const route = "GET /images/localhost/podvm-test:latest/json"
+	panicked := answer(500, "runtime error: invalid memory address or nil pointer dereference")
+	for _, c := range []struct {
+		name     string
+		handler  libpodtest.Handler
+		ok       bool
+		requests int
+	}{
+		{"panics twice, then answers", libpodtest.Seq(panicked, panicked, libpodtest.Recorded("image-inspect")), true, 3},
+		{"panics every time", panicked, false, 3},
+		{"fails otherwise", answer(500, "layer not known"), false, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, svc := connect(t, "4.3", libpodtest.Routes{route: c.handler})
+			_, err := cl.ImageInspect(ctx, "localhost/podvm-test:latest")
+			if c.ok {
+				require.NoError(t, err)
+			} else {
+				assert.Equal(t, 500, asError(t, err).Status)
+			}
+			assert.Equal(t, c.requests, svc.Count(route))
+		})
+	}
 }

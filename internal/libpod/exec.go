@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
+	"time"
 )
 
 // ExecConfig is the body of POST /containers/{id}/exec (Docker's
@@ -166,12 +169,32 @@ func (c *Client) handshake(ctx context.Context, conn net.Conn, op, path string, 
 }
 
 // getJSON GETs an endpoint and decodes its JSON answer into out.
+//
+// A GET answered with a panic the service recovered (500 "runtime
+// error: ..." from Go) is asked again, twice at most: Podman 4.3's image
+// inspect dereferences nil now and then while images change beside it,
+// and the next ask answers. Only reads are asked again.
 func (c *Client) getJSON(ctx context.Context, op, path, arg string, out any) error {
-	resp, err := c.do(ctx, request{op: op, method: http.MethodGet, path: path, args: []string{arg}})
-	if err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		resp, err := c.do(ctx, request{op: op, method: http.MethodGet, path: path, args: []string{arg}})
+		if err == nil {
+			err = decode(op, resp, out)
+		}
+		if attempt == 3 || !panicked(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return decode(op, resp, out)
+}
+
+// panicked reports an answer of the service's handler that panicked.
+func panicked(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusInternalServerError && strings.Contains(e.Message, "runtime error: ")
 }
 
 // postJSON POSTs in as JSON and decodes the JSON answer into out.
