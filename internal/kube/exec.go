@@ -329,7 +329,6 @@ type markFilter struct {
 
 	mu     sync.Mutex
 	held   []byte
-	n      int64 // bytes received
 	err    error // w's first
 	closed bool
 }
@@ -340,7 +339,6 @@ func (f *markFilter) Write(p []byte) (int, error) {
 	if f.closed {
 		return len(p), nil
 	}
-	f.n += int64(len(p))
 	data := append(f.held, p...)
 	f.held = nil
 	for len(data) > 0 {
@@ -372,13 +370,6 @@ func (f *markFilter) Write(p []byte) (int, error) {
 		data = line[j+1:]
 	}
 	return len(p), nil
-}
-
-// received is how many bytes were written to f before it was shut.
-func (f *markFilter) received() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.n
 }
 
 func (f *markFilter) pass(b []byte) {
