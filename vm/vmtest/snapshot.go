@@ -118,22 +118,22 @@ func mountDir(h Harness) string {
 // holdsTheLayer is the case of what a snapshot holds; the source has a
 // bind mount of a host directory of its own.
 func holdsTheLayer(h Harness) testCase {
-	var dir string
 	return testCase{Name: "snapshot/holds-the-layer", Promise: "a sandbox from a snapshot has the files the source wrote to its own filesystem and its Config.Env, not its bind mounts' files, its processes, a Run's Env or podvm's bind-mounted agent",
-		Config: func(c *vm.Config) {
+		Setup: func(t *testing.T, c *vm.Config) {
 			d, err := os.MkdirTemp(mountDir(h), "podvm-snap-")
 			if err != nil {
-				panic(err)
+				t.Fatal(err)
 			}
+			// Removed whatever happens: a backend that refuses the
+			// mount never runs Test.
+			t.Cleanup(func() { os.RemoveAll(d) })
 			_ = os.WriteFile(filepath.Join(d, "from-host"), []byte("host"), 0o644)
 			_ = os.Chmod(d, 0o777) // for any user of the sandbox
-			dir = d
 			c.Mounts = []vm.Mount{{Source: d, Target: "/mnt/host"}}
 			c.Env = []string{"PREPARED_BY=config"}
 		},
 		Deadline: 2 * time.Minute,
 		Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
-			t.Cleanup(func() { os.RemoveAll(dir) })
 			return snapshotHoldsTheLayer(ctx, t, h, v)
 		}}
 }

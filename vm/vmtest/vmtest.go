@@ -73,6 +73,10 @@ type testCase struct {
 	Promise string
 	// Config adjusts the sandbox's config; nil keeps the defaults.
 	Config func(*vm.Config)
+	// Setup, when set, adjusts the config as Config does, with the
+	// case's t: for what must be cleaned up even when the backend
+	// refuses the config and Test never runs.
+	Setup func(t *testing.T, c *vm.Config)
 	// Uncreated hands Test a VM on which Create was not called.
 	Uncreated bool
 	// Deadline bounds the case, as a watchdog; zero means a minute.
@@ -231,6 +235,9 @@ func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
 	var cfg vm.Config
 	if c.Config != nil {
 		c.Config(&cfg)
+	}
+	if c.Setup != nil {
+		c.Setup(t, &cfg)
 	}
 	v, err := h.NewVM(t, cfg)
 	if err != nil {
