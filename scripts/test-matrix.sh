@@ -164,4 +164,12 @@ for server in $SERVERS; do
 done
 echo
 cat "$OUT/table.md"
+# Last, where a CI log's tail shows it: what the failed rows printed,
+# as make test prints it (no RUN, PASS or SKIP lines).
+for server in $SERVERS; do
+	[ -e "$OUT/$server.failed" ] || continue
+	echo
+	echo "$server: the log of the failed row, without RUN, PASS and SKIP lines (its end; all of it in $OUT/$server.log):"
+	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$)' "$OUT/$server.log" | grep -v 'backend does not support this' | tail -n 80
+done
 if grep -q FAIL "$OUT/table.md"; then exit 1; fi
