@@ -61,11 +61,15 @@ sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev`))
 				if elapsed := time.Since(start); elapsed > cmd.Timeout+2*Grace {
 					t.Errorf("Run returned after %v; want within %v + 2×%v", elapsed, cmd.Timeout, Grace)
 				}
-				if !errors.Is(err, context.DeadlineExceeded) || res == nil || !res.TimedOut {
-					t.Fatalf("got %+v, %v; want a timed-out result", res, err)
-				}
 				// Were any of the bomb left, the pids limit would refuse this.
-				after, err := v.Run(ctx, sh(`echo alive; ps -o pid | wc -l`))
+				alive := sh(`echo alive; ps -o pid | wc -l`)
+				if !errors.Is(err, context.DeadlineExceeded) || res == nil || !res.TimedOut {
+					// What the sandbox says now tells a killed shell from a
+					// sandbox that died (its PID 1 gone, say).
+					after, aerr := v.Run(ctx, alive)
+					t.Fatalf("got %+v, %v after %v; want a timed-out result (then: %+v, %v)", res, err, time.Since(start), after, aerr)
+				}
+				after, err := v.Run(ctx, alive)
 				if err != nil || after.ExitCode != 0 || !strings.HasPrefix(after.Stdout, "alive\n") {
 					t.Fatalf("the sandbox is unusable after the bomb: %+v, %v", after, err)
 				}
