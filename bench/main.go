@@ -111,18 +111,11 @@ func run() int {
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])
 	token := strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(tok[:])
-	hostname, _ := os.Hostname()
 	b := &bench{
 		sz:    sz,
 		quick: *q,
 		// podvm's own labels, so that vm.Reap removes what a killed run left.
-		p: &podman{bin: podmanBin(), url: host, labels: map[string]string{
-			vm.LabelManaged:   "true",
-			vm.LabelOwnerPID:  strconv.Itoa(os.Getpid()),
-			vm.LabelOwnerHost: hostname,
-			vm.LabelCreated:   strconv.FormatInt(time.Now().Unix(), 10),
-			labelRun:          token,
-		}},
+		p: &podman{bin: podmanBin(), url: host, labels: vm.ManagedLabels(map[string]string{labelRun: token})},
 	}
 	b.cfg = vm.Config{Image: image, Labels: map[string]string{labelRun: token}}
 

@@ -267,9 +267,20 @@ func (c Config) spec(a *agentMount) podman.Spec {
 }
 
 // labels returns the user's labels plus podvm's own.
-func (c Config) labels() map[string]string {
-	l := map[string]string{}
-	maps.Copy(l, c.Labels)
+func (c Config) labels() map[string]string { return ManagedLabels(c.Labels) }
+
+// ManagedLabels returns a copy of extra plus the labels vm puts on every
+// sandbox it makes: [LabelManaged], [LabelOwner], [LabelOwnerPID],
+// [LabelOwnerHost] and [LabelCreated], naming this process as the owner
+// and now as the time. A container or pod made beside podvm by other
+// means (a benchmark's `podman run` or `kubectl run`) that carries them
+// is [Reap]'s to remove once this process is gone, as a sandbox is.
+// podvm's labels win over extra's.
+func ManagedLabels(extra map[string]string) map[string]string {
+	l := maps.Clone(extra)
+	if l == nil {
+		l = map[string]string{}
+	}
 	l[LabelManaged] = "true"
 	setOwner(l)
 	l[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)

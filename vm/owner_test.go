@@ -260,3 +260,27 @@ func TestReapReason(t *testing.T) {
 		})
 	}
 }
+
+func TestManagedLabels(t *testing.T) {
+	needProc(t)
+	extra := map[string]string{"app": "x", LabelManaged: "no", LabelOwner: "someone"}
+	before := time.Now().Unix()
+	l := ManagedLabels(extra)
+	assert.Equal(t, map[string]string{"app": "x", LabelManaged: "no", LabelOwner: "someone"}, extra, "extra is not changed")
+	assert.Equal(t, "x", l["app"])
+	assert.Equal(t, "true", l[LabelManaged], "podvm's labels win")
+	assert.Equal(t, self(), l[LabelOwner])
+	assert.Equal(t, strconv.Itoa(os.Getpid()), l[LabelOwnerPID])
+	host, _ := os.Hostname()
+	assert.Equal(t, host, l[LabelOwnerHost])
+	created, err := strconv.ParseInt(l[LabelCreated], 10, 64)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, created, before)
+	assert.Equal(t, ManagedLabels(nil)[LabelOwner], self(), "nil extra")
+
+	// What Reap makes of them: ours while this process lives, and the
+	// same as a sandbox's.
+	c := podman.Container{ID: "x", Labels: l}
+	assert.Empty(t, reapReason(c, newOwnerCheck(), time.Now(), 0))
+	assert.Equal(t, Config{Labels: map[string]string{"app": "x"}}.labels()[LabelOwner], l[LabelOwner])
+}
