@@ -223,9 +223,9 @@ func (h harness) Containers(ctx context.Context, label string) ([]vmtest.Contain
 func (h harness) Tracked() bool { return !h.exec }
 
 // The conformance suite on Kubernetes: through the agent, and through the
-// exec API.
-func TestConformance(t *testing.T)     { vmtest.Run(t, harness{e: need(t)}) }
-func TestConformanceExec(t *testing.T) { vmtest.Run(t, harness{e: need(t), exec: true}) }
+// exec API (make test's table names them Kube and KubeExec).
+func TestConformanceKube(t *testing.T)     { vmtest.Run(t, harness{e: need(t)}) }
+func TestConformanceKubeExec(t *testing.T) { vmtest.Run(t, harness{e: need(t), exec: true}) }
 
 // A first, plain check: create, run, copy, remove, with the agent.
 func TestRoundTrip(t *testing.T) {
