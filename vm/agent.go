@@ -94,6 +94,19 @@ func (s *sandbox) handshake(ctx context.Context, rw io.ReadWriteCloser) (*agent.
 		return nil, fmt.Errorf("%w: the sandbox's agent did not answer: %w", ErrPodman, h.err)
 	case <-ctx.Done():
 		why = fmt.Errorf("vm: starting the agent: %w", ctx.Err())
+		// The agent's hello says the start behind rw is done: closing rw
+		// before it may cut a podman client between the runtime's create
+		// and start (see toTheEnd).
+		select {
+		case h := <-done:
+			if h.c != nil {
+				h.c.Close()
+			} else {
+				rw.Close()
+			}
+			return nil, why
+		case <-bound.C:
+		}
 	case <-bound.C:
 		why = fmt.Errorf("%w: the sandbox's agent did not answer within %v", ErrPodman, agentHello)
 	}

@@ -94,7 +94,9 @@ func (s *sandbox) connectAgent(ctx context.Context, id, dir string) (*agent.Clie
 	if err := os.Chmod(sock, 0o666); err != nil {
 		return nil, fmt.Errorf("vm: the agent's socket: %w", err)
 	}
-	if err := s.d.Start(ctx, id); err != nil {
+	if _, err := toTheEnd(ctx, "starting the container", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, s.d.Start(ctx, id)
+	}); err != nil {
 		return nil, err
 	}
 	_ = l.SetDeadline(time.Now().Add(agentHello))

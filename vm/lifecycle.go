@@ -297,43 +297,57 @@ func (s *sandbox) ensureImage(ctx context.Context) (string, error) {
 // see the caller's disk: the agent is copied into their sandboxes.
 var agentUnmountable sync.Map
 
-// createContainer runs the driver's create to its end even when ctx ends
-// first: Podman can complete a create whose client left (a killed podman
-// client's service too), and an abandoned one would leave a container
-// after the removal by label had found none. Once ctx has ended the create
-// gets cleanupTimeout more, then is cancelled. It returns the ID of what
-// it made, if anything, and ctx's error when ctx ended.
+// createContainer runs the driver's create to its end (see toTheEnd),
+// and returns the ID of what it made, if anything, and ctx's error when
+// ctx ended first.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
 	spec := s.cfg.spec(agent)
 	if err := s.host.Enforce(&spec); err != nil {
 		return "", err
 	}
 	spec.Labels[labelToken] = s.token
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return toTheEnd(ctx, "create from "+s.cfg.Image, func(ctx context.Context) (string, error) {
+		return s.d.Create(ctx, spec)
+	})
+}
+
+// toTheEnd runs f, a change to the service's state, to its end even when
+// ctx ends first, for a client that leaves halfway can leave behind what
+// no removal finds: Podman completes a create whose client left (a killed
+// podman client's service too) after the removal by label has found
+// nothing, and Podman 4.3 leaves the conmon and the `runc init` of a
+// start cut between the runtime's create and start on the host for good.
+// Once ctx has ended, f gets cleanupTimeout more, then its context is
+// cancelled. When ctx ended first, toTheEnd returns f's value (an ID to
+// remove, say) and ctx's error, saying what was being done.
+func toTheEnd[T any](ctx context.Context, what string, f func(context.Context) (T, error)) (T, error) {
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	type made struct {
-		id  string
+	type ended struct {
+		v   T
 		err error
 	}
-	done := make(chan made, 1)
+	done := make(chan ended, 1)
 	go func() {
-		m := made{err: errors.New("vm: the create did not return")}
-		defer func() { done <- m }() // even when the driver's goroutine exits early
-		m.id, m.err = s.d.Create(cctx, spec)
+		e := ended{err: fmt.Errorf("vm: %s: the call did not return", what)}
+		defer func() { done <- e }() // even when f exits its goroutine early
+		e.v, e.err = f(fctx)
 	}()
-	var m made
 	select {
-	case m = <-done:
-		return m.id, m.err
+	case e := <-done:
+		return e.v, e.err
 	case <-ctx.Done():
 	}
+	bound := time.NewTimer(cleanupTimeout)
+	defer bound.Stop()
+	var e ended
 	select {
-	case m = <-done:
-	case <-time.After(cleanupTimeout):
+	case e = <-done:
+	case <-bound.C:
 		cancel()
-		m = <-done
+		e = <-done
 	}
-	return m.id, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, ctx.Err())
+	return e.v, fmt.Errorf("vm: %s: %w", what, ctx.Err())
 }
 
 // Remove force-removes the sandbox with no stop timeout, killing whatever
