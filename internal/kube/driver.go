@@ -687,12 +687,49 @@ func (d *Driver) open(id, sub string, params kruntime.Object, so remotecommand.S
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stream{cancel: cancel, done: make(chan struct{})}
+	if sub == "attach" && so.Stdin != nil {
+		so.Stdin = &heldStdin{r: so.Stdin, ended: s.done}
+	}
 	go func() {
 		defer close(s.done)
 		defer cancel()
 		s.err = ex.StreamWithContext(ctx, so)
 	}()
 	return s, nil
+}
+
+// heldStdin holds the first Read of an attach's stdin for stdinHold, and
+// is at its end if the session ends first. An attach to a container the
+// kubelet has made but not started yet is upgraded, then reset: client-go
+// logs the write of stdin that meets the reset ("Unhandled Error ...
+// connection reset by peer", on the process's stderr, once for about every
+// Create), while an attach that ends before any write of stdin is simply
+// an error, which the retries expect. The reset comes 10-20 ms after the
+// upgrade here.
+type heldStdin struct {
+	r     io.Reader
+	ended <-chan struct{}
+	once  sync.Once
+	eof   bool
+}
+
+// stdinHold is how long an attach's stdin is held (heldStdin).
+const stdinHold = 40 * time.Millisecond
+
+func (h *heldStdin) Read(p []byte) (int, error) {
+	h.once.Do(func() {
+		t := time.NewTimer(stdinHold)
+		defer t.Stop()
+		select {
+		case <-h.ended:
+			h.eof = true
+		case <-t.C:
+		}
+	})
+	if h.eof {
+		return 0, io.EOF
+	}
+	return h.r.Read(p)
 }
 
 // executor is kubectl's: WebSocket, falling back to SPDY where the

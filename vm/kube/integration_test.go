@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/vm"
@@ -483,4 +486,54 @@ func TestImageWithoutShell(t *testing.T) {
 			assert.NoError(t, v.Remove(context.Background()))
 		})
 	}
+}
+
+// A Create logs nothing through client-go: its attaches, tried again
+// until the kubelet has started the container, used to have client-go
+// log "Unhandled Error ... connection reset by peer" on the process's
+// stderr for about every other Create, when a write of stdin met the
+// reset of an attach the kubelet had upgraded before the container ran.
+// Not parallel: klog's output is the process's.
+func TestCreateLogsNothing(t *testing.T) {
+	e := need(t)
+	var buf lockedWriter
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	t.Cleanup(func() {
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	})
+	for _, viaExec := range []bool{false, true} {
+		for range 4 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			v, err := kube.New(ctx, e.config(vm.Config{PodmanExec: viaExec}), e.options()...)
+			require.NoError(t, err)
+			require.NoError(t, v.Create(ctx))
+			res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"hi"}})
+			require.NoError(t, err)
+			assert.Equal(t, "hi\n", res.Stdout)
+			require.NoError(t, v.Remove(ctx))
+			cancel()
+		}
+	}
+	klog.Flush()
+	assert.Empty(t, buf.String(), "what client-go logged")
+}
+
+// lockedWriter is a bytes.Buffer safe for concurrent writes.
+type lockedWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
