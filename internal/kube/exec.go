@@ -62,6 +62,16 @@ import (
 // end, then cut: a child the command left in the background holds its
 // output pipes, and containerd ends the session only when they close.
 
+// marksPrelude begins both scripts: it reads MARK, the first line of the
+// session's stdin, and defines podvm_say, which writes a mark line and
+// writes it again until it goes through, and podvm_end, which writes
+// both marks and then holds the session (cat, with the output pipes kept
+// open as fds 3 and 4) until the driver ends its stdin.
+const marksPrelude = `read -r podvm_m || exit 125
+podvm_say() { until printf '%s %s\n' "$podvm_m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
+podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2>&1; }
+`
+
 // execScript sets up a command as Podman's exec would and runs it:
 //
 //	sh -c execScript podvm-exec DIR N IN KEY=VALUE... ARGV...
@@ -79,10 +89,7 @@ import (
 // command has the session's, which fd 3 saved): a shell reports a child
 // killed by a signal there ("Killed"), and a failed fork. It is POSIX sh:
 // busybox's ash, dash, bash.
-const execScript = `read -r podvm_m || exit 125
-podvm_d=$1 podvm_n=$2 podvm_i=$3; shift 3
-podvm_say() { until printf '%s %s\n' "$podvm_m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
-podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2>&1; }
+const execScript = marksPrelude + `podvm_d=$1 podvm_n=$2 podvm_i=$3; shift 3
 podvm_run() (
   podvm_no() { podvm_say "$1" >&3; exit 127; }
   unset SHLVL PWD OLDPWD
@@ -408,20 +415,17 @@ func orDiscard(w io.Writer) io.Writer {
 // Extraction reads what follows the archive until the driver ends its
 // stdin, so that the session ends (containerd waits for the stdin it
 // was given to be taken).
-const tarScript = `read -r m || exit 125
-op=$1 p=$(printf "$2"; echo x); p=${p%x}
-say() { until printf '%s %s\n' "$m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
-end() { say end; say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2>&1; }
+const tarScript = marksPrelude + `op=$1 p=$(printf "$2"; echo x); p=${p%x}
 case $op in
-in) cd "$p" 2>/dev/null || end missing; tar -x -f - ;;
-out) [ -e "$p" ] || [ -L "$p" ] || end missing
+in) cd "$p" 2>/dev/null || podvm_end missing; tar -x -f - ;;
+out) [ -e "$p" ] || [ -L "$p" ] || podvm_end missing
    if [ "$p" = / ]; then cd / && tar -c -f - .
    elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
-   else d=${p%/*}; cd "${d:-/}" || end missing
+   else d=${p%/*}; cd "${d:-/}" || podvm_end missing
      if [ -L "$p" ]; then tar -c -h -f - "${p##*/}"; else tar -c -f - "${p##*/}"; fi
    fi ;;
 esac
-end "exited $?"`
+podvm_end "exited $?"`
 
 // octal spells s as printf's octal escapes.
 func octal(s string) string {
