@@ -163,13 +163,12 @@ func TestCLICopyInLeavesNoSpool(t *testing.T) {
 	d := drivers(t)["cli"]
 	id := container(t, d)
 	marker := "podvm-spool-marker-" + time.Now().Format("150405.000000000")
+	temp := podmantest.WatchTemp()
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
 	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "secret", Mode: 0o600, Size: int64(len(marker)), Typeflag: tar.TypeReg}))
 	_, _ = tw.Write([]byte(marker))
 	require.NoError(t, tw.Close())
 	require.NoError(t, d.CopyIn(context.Background(), id, "/tmp", &tb))
-	for _, dir := range []string{os.TempDir(), "/var/tmp"} {
-		assert.Empty(t, podmantest.FilesHolding(dir, marker), "the data stays out of %s", dir)
-	}
+	assert.Empty(t, temp.Holding(marker), "the data stays out of %q", podmantest.TempDirs())
 }

@@ -168,29 +168,77 @@ func Sample(t testing.TB, name string) *exec.Result {
 	return &exec.Result{Stderr: string(b), StderrBytes: int64(len(b)), ExitCode: code}
 }
 
-// FilesHolding returns the regular files beneath dir, up to 64 MiB each,
-// that hold marker: where data written into a sandbox must not have been
-// left on the host.
-func FilesHolding(dir, marker string) []string {
+// TempDirs are the host directories where podman, client or service,
+// puts what it spools: os.TempDir() and /var/tmp.
+func TempDirs() []string { return []string{os.TempDir(), "/var/tmp"} }
+
+// A TempWatch finds data written into [TempDirs] after it began, reading
+// only what changed since then: its cost depends on what a case did, not
+// on what else the machine keeps in its temporary directories.
+//
+// Podman spools into a temporary directory as os.CreateTemp and
+// os.MkdirTemp do: a new entry of the directory, or a new directory with
+// its own entries. A watch looks at those: the entries of each directory
+// changed since it began, and beneath them, those changed too. A
+// directory that did not change is not entered.
+type TempWatch struct {
+	since time.Time
+	dirs  []string
+}
+
+// WatchTemp begins a watch of [TempDirs].
+func WatchTemp() TempWatch { return watch(TempDirs()...) }
+
+func watch(dirs ...string) TempWatch {
+	// A second back: a file system's timestamps may be coarser than
+	// the clock.
+	return TempWatch{since: time.Now().Add(-time.Second), dirs: dirs}
+}
+
+// Holding returns the regular files, up to 64 MiB each, written since the
+// watch began, that hold marker: where data written into a sandbox must
+// not have been left on the host.
+func (w TempWatch) Holding(marker string) []string {
 	var found []string
-	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && e.IsDir() && p == stateDir {
+	for _, dir := range w.dirs {
+		found = append(found, w.holding(dir, []byte(marker))...)
+	}
+	return found
+}
+
+func (w TempWatch) holding(dir string, marker []byte) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var found []string
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		info, err := e.Info()
+		if err != nil || !w.changed(info) {
+			continue
+		}
+		switch {
+		case e.IsDir() && p == stateDir:
 			// The project's own services keep their storage here (Podman
 			// 5's, the cluster's containerd), and with it the sandboxes'
 			// own filesystems: not copies on the host. A clone in the
 			// temporary directory puts it inside dir.
-			return filepath.SkipDir
+		case e.IsDir():
+			found = append(found, w.holding(p, marker)...)
+		case info.Mode().IsRegular() && info.Size() <= 64<<20:
+			if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, marker) {
+				found = append(found, p)
+			}
 		}
-		if err != nil || !e.Type().IsRegular() {
-			return nil
-		}
-		if info, err := e.Info(); err != nil || info.Size() > 64<<20 {
-			return nil
-		}
-		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(marker)) {
-			found = append(found, p)
-		}
-		return nil
-	})
+	}
 	return found
+}
+
+// changed reports whether info's file was made or written, or a
+// directory's entries changed, since the watch began: by its inode's
+// change time where there is one, which no copy that keeps a file's times
+// can set back.
+func (w TempWatch) changed(info fs.FileInfo) bool {
+	return !changeTime(info).Before(w.since)
 }
