@@ -94,11 +94,27 @@ func TestMain(m *testing.M) {
 	if os.Getenv("PODVM_KUBE_OWNER") == "1" {
 		os.Exit(owner())
 	}
+	if e, why := lookup(); why == "" {
+		reapEarlierRuns(e)
+	}
 	code := m.Run()
 	if e, why := lookup(); why == "" && code == 0 {
 		code = checkNoLeak(e)
 	}
 	os.Exit(code)
+}
+
+// reapEarlierRuns removes the pods that processes that ended without
+// cleaning up, an earlier test binary killed by its timeout among them,
+// left in the test namespace. A run's own leaks still fail it
+// (checkNoLeak); they do not fail the next one.
+func reapEarlierRuns(e env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	removed, err := vm.Reap(ctx, 0, vm.WithBackend(kube.Backend(e.options()...)))
+	if len(removed) > 0 || err != nil {
+		fmt.Fprintf(os.Stderr, "vm/kube: reaped %d pods that ended processes left in %s (errors: %v)\n", len(removed), e.namespace, err)
+	}
 }
 
 func checkNoLeak(e env) int {
