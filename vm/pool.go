@@ -104,7 +104,7 @@ type getResult struct {
 type PoolStats struct {
 	Ready    int // created sandboxes waiting to be handed out
 	Creating int // creates in flight
-	InUse    int // handed out and not removed yet
+	InUse    int // handed out and not removed yet, by its caller or by Close
 	Waiting  int // Gets waiting for a sandbox
 
 	Created int64 // creates that succeeded, since NewPool
@@ -253,7 +253,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	vms := p.ready
 	p.ready = nil
 	for pv := range p.out {
-		vms = append(vms, pv.VM)
+		vms = append(vms, pv) // its Remove untracks it
 	}
 	p.mu.Unlock()
 

@@ -411,6 +411,36 @@ func TestPoolRemoveFailureKeepsTracking(t *testing.T) {
 	require.ErrorIs(t, v.Remove(ctx), errBoom)
 	assert.Equal(t, 1, p.Stats().InUse)
 	require.NoError(t, p.Close(ctx), "Close removes it")
+	assert.Zero(t, p.Stats().InUse, "what Close removed is not in use")
+}
+
+// Stats after Close counts what is still alive: a sandbox handed out and
+// removed by Close is not in use, one whose removal failed still is.
+func TestPoolStatsAfterClose(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ctrl := gomock.NewController(t)
+	gone, stuck := vmmock.NewMockVM(ctrl), vmmock.NewMockVM(ctrl)
+	for _, m := range []*vmmock.MockVM{gone, stuck} {
+		m.EXPECT().Create(gomock.Any()).Return(nil)
+		m.EXPECT().ID().Return("box").AnyTimes()
+	}
+	gone.EXPECT().Remove(gomock.Any()).Return(nil)
+	stuck.EXPECT().Remove(gomock.Any()).Return(errBoom)
+	boxes := make(chan vm.VM, 2)
+	boxes <- gone
+	boxes <- stuck
+	p, err := vm.NewPool(poolConfig, func(context.Context, vm.Config) (vm.VM, error) { return <-boxes, nil }, vm.WithPoolSize(0), vm.WithPoolCreates(1))
+	require.NoError(t, err)
+	for range 2 {
+		_, err := p.Get(ctx)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, p.Stats().InUse)
+	require.ErrorIs(t, p.Close(ctx), errBoom)
+	s := p.Stats()
+	assert.Equal(t, 1, s.InUse, "the one Close could not remove")
+	assert.Equal(t, int64(2), s.Handed)
 }
 
 // A constructor that fails, or returns nothing, is a failed create.
