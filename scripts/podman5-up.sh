@@ -20,8 +20,8 @@
 # that a container starts with Podman's defaults and only where it does not
 # applies testdata/containers.conf (runc, ulimits). Stdout carries only
 # `export ...` lines; every message goes to stderr. From nothing: 2 to 5
-# minutes (debootstrap); with the rootfs cached: about a second; with the
-# service up: a tenth of one.
+# minutes (debootstrap); in a fresh clone, with the rootfs cached outside
+# it: seconds (a copy); with the service up: a tenth of one.
 #
 # State, in $PODVM_STATE/podman5 (default <repo>/.podvm/podman5):
 #   rootfs/          the trixie tree, kept across ups and downs
@@ -33,6 +33,8 @@
 #   defaults.ok      or this, when Podman's defaults worked
 # Env: PODVM_STATE, PODVM_TEST_IMAGE (as scripts/podman-up.sh),
 #      PODVM_PODMAN5_MIRROR  Debian mirror (default http://deb.debian.org/debian)
+#      PODVM_PODMAN5_CACHE   where the built rootfs is kept for every clone
+#                            (default /var/cache/podvm/podman5)
 # Stop with scripts/podman5-down.sh; the 5.4 CLI is scripts/podman5-cli.
 set -eu
 
@@ -40,6 +42,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd -P)
 STATE=${PODVM_STATE:-$REPO/.podvm}
 IMAGE=${PODVM_TEST_IMAGE:-localhost/podvm-test:latest}
 MIRROR=${PODVM_PODMAN5_MIRROR:-http://deb.debian.org/debian}
+CACHE=${PODVM_PODMAN5_CACHE:-/var/cache/podvm/podman5}
 
 # runc: crun fails on cgroup v1 hybrid hosts. netavark + nftables: the
 # bridge network. catatonit: PID 1 of the service's PID namespace.
@@ -102,7 +105,8 @@ fi
 
 # --- rootfs -----------------------------------------------------------------------
 
-if ! rootfs_ok; then
+# build_rootfs DIR: debootstraps trixie with $PACKAGES into DIR.
+build_rootfs() {
 	if ! command -v debootstrap >/dev/null; then
 		if [ -r /etc/debian_version ] && command -v apt-get >/dev/null; then
 			log "installing debootstrap"
@@ -113,11 +117,9 @@ if ! rootfs_ok; then
 			die "debootstrap not found. On Debian/Ubuntu: sudo apt-get install -y --no-install-recommends debootstrap; elsewhere your distribution's debootstrap package."
 		fi
 	fi
-	stop_service # it may run from the rootfs we replace
 	log "building a trixie rootfs in $RFS (a few minutes; log: $S5/rootfs.log)"
 	# --one-file-system: never follow a mount into the host (there is none:
 	# every mount below lives in a private namespace, gone with it).
-	rm -rf --one-file-system "$RFS.new"
 	# shellcheck disable=SC2016 # expanded by the inner sh
 	if ! unshare --mount --propagation private sh -euc '
 		new=$1 mirror=$2 packages=$3
@@ -132,15 +134,37 @@ if ! rootfs_ok; then
 		chroot "$new" apt-get clean
 		rm -rf "$new"/var/lib/apt/lists/* # tens of MB, stale by the next build anyway
 		chroot "$new" dpkg-query -W $packages
-	' build "$RFS.new" "$MIRROR" "$PACKAGES" >"$S5/rootfs.log" 2>&1 </dev/null; then
+	' build "$1" "$MIRROR" "$PACKAGES" >"$S5/rootfs.log" 2>&1 </dev/null; then
 		tail -n 20 "$S5/rootfs.log" >&2
 		die "rootfs build failed (log: $S5/rootfs.log)"
 	fi
-	mkdir -p "$RFS.new/.oldroot"
-	echo "$RECIPE" >"$RFS.new/.podvm-recipe"
+}
+
+# A copy of the rootfs outside the clone, so that a fresh clone (CI) copies
+# it in seconds instead of building it again.
+rootfs_cached() { [ "$(cat "$CACHE/rootfs/.podvm-recipe" 2>/dev/null)" = "$RECIPE" ]; }
+
+if ! rootfs_ok; then
+	stop_service # it may run from the rootfs we replace
+	rm -rf --one-file-system "$RFS.new"
+	mkdir -p "$CACHE"
+	exec 8>"$CACHE/lock"
+	flock 8 # one build at a time, for every clone
+	if rootfs_cached; then
+		log "copying the trixie rootfs from $CACHE/rootfs"
+		cp -a --one-file-system "$CACHE/rootfs" "$RFS.new"
+	else
+		build_rootfs "$RFS.new"
+		mkdir -p "$RFS.new/.oldroot"
+		echo "$RECIPE" >"$RFS.new/.podvm-recipe"
+		rm -rf --one-file-system "$CACHE/rootfs.new" "$CACHE/rootfs"
+		cp -a --one-file-system "$RFS.new" "$CACHE/rootfs.new" && mv "$CACHE/rootfs.new" "$CACHE/rootfs" ||
+			log "could not cache the rootfs in $CACHE (the next clone builds it again)"
+	fi
+	exec 8>&-
 	rm -rf --one-file-system "$RFS"
 	mv "$RFS.new" "$RFS"
-	log "rootfs ready: $(grep -E "^($(echo "$PACKAGES" | tr ' ' '|'))	" "$S5/rootfs.log" | tr '\t\n' '= ')"
+	log "rootfs ready: $(chroot "$RFS" dpkg-query -W $PACKAGES | tr '\t\n' '= ')"
 fi
 
 # --- service ----------------------------------------------------------------------
