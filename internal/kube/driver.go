@@ -688,7 +688,7 @@ func (d *Driver) open(id, sub string, params kruntime.Object, so remotecommand.S
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stream{cancel: cancel, done: make(chan struct{})}
 	if sub == "attach" && so.Stdin != nil {
-		so.Stdin = &heldStdin{r: so.Stdin, ended: s.done}
+		so.Stdin = &heldStdin{r: so.Stdin, ended: s.done, opened: time.Now()}
 	}
 	go func() {
 		defer close(s.done)
@@ -698,27 +698,38 @@ func (d *Driver) open(id, sub string, params kruntime.Object, so remotecommand.S
 	return s, nil
 }
 
-// heldStdin holds the first Read of an attach's stdin for stdinHold, and
-// is at its end if the session ends first. An attach to a container the
-// kubelet has made but not started yet is upgraded, then reset: client-go
-// logs the write of stdin that meets the reset ("Unhandled Error ...
-// connection reset by peer", on the process's stderr, once for about every
-// Create), while an attach that ends before any write of stdin is simply
-// an error, which the retries expect. The reset comes 10-20 ms after the
-// upgrade here.
+// heldStdin holds the first Read of an attach's stdin for a while (see
+// hold), and is at its end if the session ends first. An attach to a
+// container the kubelet has made but not started yet is upgraded, then
+// reset: client-go logs the write of stdin that meets the reset
+// ("Unhandled Error ... connection reset by peer", on the process's
+// stderr, once for about every Create), while an attach that ends before
+// any write of stdin is simply an error, which the retries expect.
 type heldStdin struct {
-	r     io.Reader
-	ended <-chan struct{}
-	once  sync.Once
-	eof   bool
+	r      io.Reader
+	ended  <-chan struct{}
+	opened time.Time // when the session was asked for
+	once   sync.Once
+	eof    bool
 }
 
-// stdinHold is how long an attach's stdin is held (heldStdin).
-const stdinHold = 40 * time.Millisecond
+// stdinHold and maxStdinHold bound how long an attach's stdin is held.
+const (
+	stdinHold    = 40 * time.Millisecond
+	maxStdinHold = time.Second
+)
+
+// hold is how long to hold stdin, given how long the upgrade took (the
+// first Read comes right after it). The reset comes 10-20 ms after the
+// upgrade on a quiet machine; on a busy one both take longer, in
+// proportion: a fixed hold that a quiet machine needs fails a loaded one.
+func hold(upgrade time.Duration) time.Duration {
+	return min(max(stdinHold, 3*upgrade), maxStdinHold)
+}
 
 func (h *heldStdin) Read(p []byte) (int, error) {
 	h.once.Do(func() {
-		t := time.NewTimer(stdinHold)
+		t := time.NewTimer(hold(time.Since(h.opened)))
 		defer t.Stop()
 		select {
 		case <-h.ended:

@@ -272,3 +272,12 @@ func TestList(t *testing.T) {
 		"succeeded": true, "failed": true,
 	}, ended)
 }
+
+// An attach's stdin is held longer when its upgrade was slow: the reset
+// of an attach to a container not started yet comes later on a busy
+// machine, as the upgrade does.
+func TestStdinHoldFollowsTheUpgrade(t *testing.T) {
+	assert.Equal(t, stdinHold, hold(5*time.Millisecond), "a quiet machine")
+	assert.Equal(t, 300*time.Millisecond, hold(100*time.Millisecond), "a busy one")
+	assert.Equal(t, maxStdinHold, hold(time.Minute), "bounded")
+}

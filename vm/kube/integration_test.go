@@ -509,7 +509,11 @@ func TestImageWithoutShell(t *testing.T) {
 // log "Unhandled Error ... connection reset by peer" on the process's
 // stderr for about every other Create, when a write of stdin met the
 // reset of an attach the kubelet had upgraded before the container ran.
-// Not parallel: klog's output is the process's.
+// On a loaded machine the reset comes later: the hold follows the
+// upgrade's time (internal/kube's hold). Not counted: client-go's own
+// heartbeat, "Websocket Ping failed ... i/o timeout", which it logs of
+// any stream when the process is starved of CPU, whatever the stream
+// carries. Not parallel: klog's output is the process's.
 func TestCreateLogsNothing(t *testing.T) {
 	e := need(t)
 	var buf lockedWriter
@@ -533,7 +537,13 @@ func TestCreateLogsNothing(t *testing.T) {
 		}
 	}
 	klog.Flush()
-	assert.Empty(t, buf.String(), "what client-go logged")
+	var lines []string
+	for l := range strings.Lines(buf.String()) {
+		if !strings.Contains(l, "Websocket Ping failed") {
+			lines = append(lines, l)
+		}
+	}
+	assert.Empty(t, lines, "what client-go logged")
 }
 
 // lockedWriter is a bytes.Buffer safe for concurrent writes.
