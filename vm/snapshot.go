@@ -33,8 +33,9 @@ const (
 var (
 	// ErrInvalidSnapshot: the [SnapshotOptions] or the reference given
 	// to [RemoveSnapshot] were refused before Podman was called: a name
-	// that is not an image reference, a label Podman would not carry
-	// verbatim.
+	// that is not an image reference, or that Podman would take for an
+	// image ID (see [SnapshotOptions.Name]), a label Podman would not
+	// carry verbatim.
 	ErrInvalidSnapshot = errors.New("vm: invalid snapshot")
 	// ErrImageExists: [SnapshotOptions.Name] names an image that podvm
 	// did not make, and Replace is not set.
@@ -57,6 +58,12 @@ type SnapshotOptions struct {
 	// snapshot has already moves to the new one; the old one is removed
 	// unless a sandbox uses it (then [Reap] with [WithSnapshots] takes it
 	// once its owner is gone).
+	//
+	// A name without a registry whose repository is hex digits alone
+	// ("abc", "cafe:v1", an image's 64-digit ID) or "sha256" is refused
+	// with [ErrInvalidSnapshot]: Podman resolves such a reference as an
+	// image ID, or a prefix of one (a single digit will do), so the
+	// snapshot could not be named by it. "localhost/abc" is not refused.
 	Name string
 	// Replace lets Name be taken from an image that podvm did not make:
 	// that image keeps its ID and its other names, and is never removed.
@@ -171,15 +178,18 @@ func TakeSnapshot(ctx context.Context, v VM, opts SnapshotOptions) (*Snapshot, e
 	return s.Snapshot(ctx, opts)
 }
 
-// RemoveSnapshot removes the snapshot image ref (a name, or an ID), with
-// the Podman v uses, in any state of v (uncreated or removed too). A name
-// of a snapshot that has others is untagged; the image goes with its last
-// name. It refuses an image that podvm's labels do not mark as a
+// RemoveSnapshot removes the snapshot image ref, with the Podman v uses,
+// in any state of v (uncreated or removed too). ref is its full ID
+// ([Snapshot.ID], 64 hex digits) or a name, checked as
+// [SnapshotOptions.Name] is and completed as it is ("x" is
+// "localhost/x:latest"); anything else is [ErrInvalidSnapshot] before
+// Podman is called. A name of a snapshot that has others is untagged;
+// the image goes with its last name. It refuses an image that podvm's labels do not mark as a
 // snapshot with [ErrNotSnapshot], and one a container uses with
 // [ErrSnapshotInUse] (remove its sandboxes first); a snapshot already
 // gone is [ErrImageNotFound]; a VM that cannot [ErrNotSupported].
 func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
-	if err := validRemoveRef(ref); err != nil {
+	if _, _, err := removeRef(ref); err != nil {
 		return err
 	}
 	s, ok := v.(Snapshotter)
@@ -233,21 +243,22 @@ func (s *sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot
 
 // RemoveSnapshot implements [Snapshotter]; see [RemoveSnapshot].
 func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
-	if err := validRemoveRef(ref); err != nil {
+	full, _, err := removeRef(ref)
+	if err != nil {
 		return err
 	}
 	im, ok := s.d.(podman.Imager)
 	if !ok {
 		return fmt.Errorf("%w: remove snapshot: the backend cannot commit a container", ErrNotSupported)
 	}
-	img, err := im.ImageDetails(ctx, ref)
+	img, err := im.ImageDetails(ctx, full)
 	if err != nil {
 		return err
 	}
 	if img.Labels[LabelSnapshot] != "true" {
 		return fmt.Errorf("%w: remove snapshot %s: image %.12s has no %s=true label; podvm leaves it alone", ErrNotSnapshot, ref, img.ID, LabelSnapshot)
 	}
-	return removeSnapshot(ctx, im, ref)
+	return removeSnapshot(ctx, im, full)
 }
 
 // removeSnapshot removes ref, naming the sandboxes' trouble in the error.
@@ -272,6 +283,11 @@ var (
 	// What Podman's change parsing keeps verbatim in a label.
 	labelKeyRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]*$`)
 	labelValueRE = regexp.MustCompile(`^[^\s,"'\\\x00-\x1f\x7f]*$`)
+	// What Podman looks up as an image ID, or a prefix of one (a single
+	// digit will do), before it looks for a name without a registry.
+	hexRE = regexp.MustCompile(`^[0-9a-f]+$`)
+	// An image's full ID, as Snapshot.ID holds it.
+	idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // reference returns the repository (with its registry) and tag the
@@ -308,12 +324,15 @@ func parseName(name string) (repo, tag string, err error) {
 		return bad("a digest cannot be chosen")
 	}
 	parts := strings.Split(repo, "/")
-	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost") {
+	switch {
+	case len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost"):
 		if !domainRE.MatchString(parts[0]) {
 			return bad("want a registry host[:port]")
 		}
 		parts = parts[1:]
-	} else {
+	case hexRE.MatchString(repo) || repo == "sha256":
+		return bad("Podman would take it, or its :latest, for an image ID or a prefix of one; name it localhost/" + name + " if that is meant")
+	default:
 		repo = "localhost/" + repo
 	}
 	for _, p := range parts {
@@ -324,13 +343,19 @@ func parseName(name string) (repo, tag string, err error) {
 	return repo, tag, nil
 }
 
-// validRemoveRef checks a reference given to RemoveSnapshot: an image
-// name or ID that cannot be taken for a flag.
-func validRemoveRef(ref string) error {
-	if ref == "" || !imageRE.MatchString(ref) || len(ref) > 512 {
-		return fmt.Errorf("%w: %q is not an image reference or ID", ErrInvalidSnapshot, ref)
+// removeRef checks a reference given to RemoveSnapshot, a snapshot's
+// full ID or a name that TakeSnapshot would take (checked by parseName,
+// as TakeSnapshot checks it), and returns it as Podman is given it: an ID
+// as it is, a name in full (repo:tag). name reports which it is.
+func removeRef(ref string) (full string, name bool, err error) {
+	if idRE.MatchString(ref) {
+		return ref, false, nil
 	}
-	return nil
+	repo, tag, err := parseName(ref)
+	if err != nil {
+		return "", false, fmt.Errorf("%w (nor a snapshot's full ID)", err)
+	}
+	return repo + ":" + tag, true, nil
 }
 
 // takeSnapshot commits container id as repo:tag.

@@ -27,9 +27,17 @@ func TestParseName(t *testing.T) {
 			assert.Equal(t, c.repo+":"+c.tag, repo+":"+tag, c.name)
 		}
 	}
-	for _, bad := range []string{"", "Upper", "-x", "a b", "x:", "x:-t", "x@sha256:00", "a..b", "/x", "x/", "a//b", "x:" + strings.Repeat("t", 129), strings.Repeat("a", 256), "a,b", "a\x00"} {
+	for _, bad := range []string{"", "Upper", "-x", "a b", "x:", "x:-t", "x@sha256:00", "a..b", "/x", "x/", "a//b", "x:" + strings.Repeat("t", 129), strings.Repeat("a", 256), "a,b", "a\x00",
+		"x:tag:tag", "UPPER",
+		// What Podman would resolve as an image ID, or a prefix of one.
+		strings.Repeat("0123456789abcdef", 4), "abc", "cafe", "a", "0", "deadbeef:v1", "sha256:" + strings.Repeat("ab", 32)} {
 		_, _, err := parseName(bad)
 		assert.ErrorIs(t, err, ErrInvalidSnapshot, "%q", bad)
+	}
+	// A registry, or a letter past f, makes a name unambiguous.
+	for _, good := range []string{"localhost/abc", "localhost/" + strings.Repeat("ab", 32), "cafe-au-lait", "abcg", "x/abc"} {
+		_, _, err := parseName(good)
+		assert.NoError(t, err, good)
 	}
 }
 
@@ -117,4 +125,21 @@ func TestSnapshotNameTaken(t *testing.T) {
 	assert.Equal(t, "true", snap.Labels[LabelSnapshot])
 	assert.Equal(t, "", snap.Labels[LabelManaged])
 	assert.Equal(t, "c0ffee", snap.Source)
+}
+
+// Every call that takes a snapshot's name checks it as TakeSnapshot does,
+// before Podman is asked (the mock expects no call but podman info): a
+// name TakeSnapshot refuses is never sent to Podman to resolve.
+func TestSnapshotNamesCheckedBeforePodman(t *testing.T) {
+	t.Parallel()
+	v, _ := newMock(t, Config{Image: "img"})
+	ctx := context.Background()
+	for _, bad := range []string{"UPPER", "x:tag:tag", "abc", "sha256:" + strings.Repeat("ab", 32), strings.Repeat("ab", 31), "-f", "a b"} {
+		_, err := TakeSnapshot(ctx, v, SnapshotOptions{Name: bad})
+		assert.ErrorIs(t, err, ErrInvalidSnapshot, "take %q", bad)
+		assert.ErrorIs(t, RemoveSnapshot(ctx, v, bad), ErrInvalidSnapshot, "remove %q", bad)
+		assert.ErrorIs(t, v.RemoveSnapshot(ctx, bad), ErrInvalidSnapshot, "the Snapshotter's remove %q", bad)
+		_, err = v.Snapshot(ctx, SnapshotOptions{Name: bad})
+		assert.ErrorIs(t, err, ErrInvalidSnapshot, "the Snapshotter's take %q", bad)
+	}
 }

@@ -53,7 +53,7 @@ func snapshotCases(h Harness) []testCase {
 		{Name: "snapshot/lifecycle", Promise: "a snapshot before Create is ErrNotCreated, after Remove ErrRemoved, of a container removed behind the VM's back ErrNoSuchContainer, leaving no image",
 			Uncreated: true, Deadline: 2 * time.Minute,
 			Test: snapshotLifecycle(h)},
-		{Name: "snapshot/invalid", Promise: "a name that is not an image reference, or a label Podman would change, is ErrInvalidSnapshot before Podman is called",
+		{Name: "snapshot/invalid", Promise: "a name that is not an image reference, that Podman would take for an image ID, or a label Podman would change, is ErrInvalidSnapshot before Podman is called, to take a snapshot or to remove one",
 			Test: snapshotInvalid},
 	}
 }
@@ -67,14 +67,18 @@ func takeSnapshot(ctx context.Context, t *testing.T, v vm.VM, opts vm.SnapshotOp
 		skipIfNotSupported(t, err)
 		t.Fatalf("TakeSnapshot: %v", err)
 	}
-	t.Cleanup(func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := vm.RemoveSnapshot(rctx, v, snap.Image); err != nil && !errors.Is(err, vm.ErrImageNotFound) {
-			t.Errorf("removing snapshot %s: %v", snap.Image, err)
-		}
-	})
+	t.Cleanup(func() { removeSnapshot(t, v, snap.Image) })
 	return snap
+}
+
+// removeSnapshot removes snapshot ref, if it is still there.
+func removeSnapshot(t *testing.T, v vm.VM, ref string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := vm.RemoveSnapshot(ctx, v, ref); err != nil && !errors.Is(err, vm.ErrImageNotFound) {
+		t.Errorf("removing snapshot %s: %v", ref, err)
+	}
 }
 
 // fromSnapshot creates a sandbox of cfg from snap, removed when the test
@@ -280,12 +284,17 @@ func snapshotInvalid(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		{Name: "bad..dots"}, {Name: strings.Repeat("a", 256)}, {Name: "x/"},
 		{Labels: map[string]string{"k": "a,b"}}, {Labels: map[string]string{"k": `"q"`}}, {Labels: map[string]string{"": "v"}},
 		{Labels: map[string]string{"k": "two words"}},
+		// Podman would resolve these as an image's ID, or a prefix of one.
+		{Name: strings.Repeat("0123456789abcdef", 4)}, {Name: "abc"}, {Name: "cafe:v1"}, {Name: "sha256:" + strings.Repeat("ab", 32)},
 	} {
-		_, err := vm.TakeSnapshot(ctx, v, o)
+		snap, err := vm.TakeSnapshot(ctx, v, o)
+		if err == nil {
+			removeSnapshot(t, v, snap.ID)
+		}
 		wantErr(t, "options "+o.Name, err, vm.ErrInvalidSnapshot)
 		obs = append(obs, observeSnapshot(o.Name, err))
 	}
-	for _, ref := range []string{"", "-f", "a b"} {
+	for _, ref := range []string{"", "-f", "a b", "UPPER", "x:tag:tag", "Upper/case", "abc", strings.Repeat("ab", 31), "sha256:abc"} {
 		err := vm.RemoveSnapshot(ctx, v, ref)
 		wantErr(t, "remove "+ref, err, vm.ErrInvalidSnapshot)
 		obs = append(obs, observeSnapshot("remove "+ref, err))
