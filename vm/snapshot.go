@@ -201,7 +201,9 @@ func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
 
 // ListSnapshots lists the podvm snapshots of the Podman the options
 // choose, found as [New] finds it, oldest first. [WithLabel] narrows the
-// list to those that carry a label.
+// list to those that carry a label. Snapshots removed while it lists do
+// not fail it (Podman's list does then; it is asked again): they are
+// listed or not.
 func ListSnapshots(ctx context.Context, opts ...Option) ([]Snapshot, error) {
 	o := newOptions(opts)
 	d, err := o.driver(ctx)
