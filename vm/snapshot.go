@@ -56,8 +56,11 @@ type SnapshotOptions struct {
 	// names no registry, as Podman does); "" lets podvm choose
 	// "localhost/podvm-snapshot:" and a random tag. A name that a podvm
 	// snapshot has already moves to the new one; the old one is removed
-	// unless a sandbox uses it (then [Reap] with [WithSnapshots] takes it
-	// once its owner is gone).
+	// unless a sandbox uses it (then a [RemoveSnapshot] of the name once
+	// the sandbox is gone, or [Reap] with [WithSnapshots] once its owner
+	// is, takes it). Snapshots taken at once under one name, by one
+	// process or several, leave one image under it, the one Podman named
+	// last; the others go as an old one does.
 	//
 	// A name without a registry whose repository is hex digits alone
 	// ("abc", "cafe:v1", an image's 64-digit ID) or "sha256" is refused
@@ -184,10 +187,13 @@ func TakeSnapshot(ctx context.Context, v VM, opts SnapshotOptions) (*Snapshot, e
 // [SnapshotOptions.Name] is and completed as it is ("x" is
 // "localhost/x:latest"); anything else is [ErrInvalidSnapshot] before
 // Podman is called. A name of a snapshot that has others is untagged;
-// the image goes with its last name. It refuses an image that podvm's labels do not mark as a
-// snapshot with [ErrNotSnapshot], and one a container uses with
-// [ErrSnapshotInUse] (remove its sandboxes first); a snapshot already
-// gone is [ErrImageNotFound]; a VM that cannot [ErrNotSupported].
+// the image goes with its last name. Given a name, it also removes the
+// snapshots that lost that name to another and that no sandbox uses any
+// more, whatever becomes of the name's own image. It refuses an image
+// that podvm's labels do not mark as a snapshot with [ErrNotSnapshot],
+// and one a container uses with [ErrSnapshotInUse] (remove its
+// sandboxes first); a snapshot already gone is [ErrImageNotFound]; a VM
+// that cannot [ErrNotSupported].
 func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
 	if _, _, err := removeRef(ref); err != nil {
 		return err
@@ -245,13 +251,27 @@ func (s *sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot
 
 // RemoveSnapshot implements [Snapshotter]; see [RemoveSnapshot].
 func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
-	full, _, err := removeRef(ref)
-	if err != nil {
+	if _, _, err := removeRef(ref); err != nil {
 		return err
 	}
 	im, ok := s.d.(podman.Imager)
 	if !ok {
 		return fmt.Errorf("%w: remove snapshot: the backend cannot commit a container", ErrNotSupported)
+	}
+	return removeSnapshot(ctx, im, ref)
+}
+
+// removeSnapshot removes snapshot ref, naming the sandboxes' trouble in
+// the error.
+func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
+	full, name, err := removeRef(ref)
+	if err != nil {
+		return err
+	}
+	if name {
+		// Whatever becomes of the name's image: the snapshots that lost
+		// the name earlier, while a sandbox used them, go once unused.
+		defer removeLostName(ctx, im, full, "")
 	}
 	img, err := im.ImageDetails(ctx, full)
 	if err != nil {
@@ -260,12 +280,7 @@ func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
 	if img.Labels[LabelSnapshot] != "true" {
 		return fmt.Errorf("%w: remove snapshot %s: image %.12s has no %s=true label; podvm leaves it alone", ErrNotSnapshot, ref, img.ID, LabelSnapshot)
 	}
-	return removeSnapshot(ctx, im, full)
-}
-
-// removeSnapshot removes ref, naming the sandboxes' trouble in the error.
-func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
-	err := im.RemoveImage(ctx, ref)
+	err = im.RemoveImage(ctx, full)
 	if errors.Is(err, ErrSnapshotInUse) {
 		return fmt.Errorf("%w: remove snapshot %s: a sandbox made from it still exists; remove it first: %w", ErrSnapshotInUse, ref, err)
 	}
@@ -363,13 +378,10 @@ func removeRef(ref string) (full string, name bool, err error) {
 // takeSnapshot commits container id as repo:tag.
 func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
 	ref := repo + ":" + tag
-	var old podman.Image
 	if opts.Name != "" { // podvm's own names are random: none is taken
-		var err error
-		old, err = im.ImageDetails(ctx, ref)
+		old, err := im.ImageDetails(ctx, ref)
 		switch {
 		case errors.Is(err, ErrImageNotFound):
-			old = podman.Image{}
 		case err != nil:
 			return nil, err
 		case old.Labels[LabelSnapshot] != "true" && !opts.Replace:
@@ -392,28 +404,39 @@ func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, o
 		}
 		return nil, err
 	}
-	if old.ID != "" && old.ID != imgID && old.Labels[LabelSnapshot] == "true" {
-		removeReplaced(ctx, im, old.ID)
+	if opts.Name != "" {
+		removeLostName(ctx, im, ref, imgID)
 	}
 	snap := snapshotOf(podman.Image{ID: imgID, Names: []string{ref}, Labels: labels})
 	return &snap, nil
 }
 
-// removeReplaced removes snapshot id, whose name moved to another, unless
-// it has other names or a sandbox uses it. Another commit or removal on
-// the same storage can make one attempt fail (see podman.Imager.Commit):
-// it tries three times; a snapshot left carries its labels, for Reap.
-func removeReplaced(ctx context.Context, im podman.Imager, id string) {
-	for try := 0; try < 3; try++ {
-		img, err := im.ImageDetails(ctx, id)
-		if err == nil && len(img.Names) > 0 {
-			return
+// removeLostName removes the snapshots that lost name (repo:tag) to
+// another image and have no other name, except keep (the image just
+// named) and those a sandbox uses, which a later call removes once
+// unused (a RemoveSnapshot of name, or Reap, which finds them by their
+// labels). Podman's history of an image's names tells which lost
+// it: an image that a commit made and has yet to name has none, so a
+// snapshot being taken under name at the same time, here or by another
+// process, is left alone. Whichever of the snapshots taken at once
+// under one name Podman names last keeps it; the others are removed by
+// the call that took the name from them, which lists after naming its
+// own. Another commit or removal on the same storage can make one
+// removal fail (see podman.Imager.Commit): it tries three times.
+func removeLostName(ctx context.Context, im podman.Imager, name, keep string) {
+	imgs, err := im.Images(ctx, LabelSnapshot+"=true")
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		if img.ID == keep || len(img.Names) > 0 || img.Labels[LabelSnapshot] != "true" || !slices.Contains(img.History, name) {
+			continue
 		}
-		if err == nil {
-			err = im.RemoveImage(ctx, id)
-		}
-		if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
-			return
+		for try := 0; try < 3; try++ {
+			err := im.RemoveImage(ctx, img.ID)
+			if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
+				break
+			}
 		}
 	}
 }

@@ -152,10 +152,10 @@ func TestImageVanishedMeanwhile(t *testing.T) {
 		)
 		list, err := d.Images(context.Background(), "a=b")
 		require.NoError(t, err, msg)
-		assert.Equal(t, id, list[0].ID)
+		assert.Equal(t, []string{"localhost/x:latest"}, list[0].History)
 		img, err := d.ImageDetails(context.Background(), "localhost/x:latest")
 		require.NoError(t, err, msg)
-		assert.Equal(t, []string{"localhost/x:latest"}, img.Names)
+		assert.Equal(t, []string{"localhost/x:latest", "localhost/y:latest"}, img.History)
 	}
 	x := execmock.NewMockExecutor(gomock.NewController(t))
 	d, err := NewCLI(x, "podman", "", "")

@@ -55,6 +55,9 @@ func snapshotCases(h Harness) []testCase {
 			Test: snapshotLifecycle(h)},
 		{Name: "snapshot/invalid", Promise: "a name that is not an image reference, that Podman would take for an image ID, or a label Podman would change, is ErrInvalidSnapshot before Podman is called, to take a snapshot or to remove one",
 			Test: snapshotInvalid},
+		{Name: "snapshot/same-name-at-once", Promise: "snapshots taken at once under one name leave one image under it and no other: the images that lost the name go, and the one a sandbox uses goes once the sandbox and the name are removed",
+			Deadline: 3 * time.Minute,
+			Test:     snapshotSameNameAtOnce(h)},
 	}
 }
 
@@ -300,4 +303,83 @@ func snapshotInvalid(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		obs = append(obs, observeSnapshot("remove "+ref, err))
 	}
 	return obs
+}
+
+// snapshotSameNameAtOnce takes one snapshot, starts a sandbox from it,
+// then takes eight more under its name at once.
+func snapshotSameNameAtOnce(h Harness) func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	return func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+		name := "localhost/podvm-vmtest-race:" + randomWord()
+		// Whatever fails, every image made is removed: the name's, then
+		// each by ID (those left nameless). Cleanups run last first, so
+		// this one runs after the sandbox's.
+		var mu sync.Mutex
+		var ids []string
+		t.Cleanup(func() {
+			removeSnapshot(t, v, name)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				removeSnapshot(t, v, id)
+			}
+		})
+		take := func() (*vm.Snapshot, error) {
+			snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: name})
+			if err == nil {
+				mu.Lock()
+				ids = append(ids, snap.ID)
+				mu.Unlock()
+			}
+			return snap, err
+		}
+		first, err := take()
+		if err != nil {
+			skipIfNotSupported(t, err)
+			t.Fatalf("TakeSnapshot: %v", err)
+		}
+		w := fromSnapshot(ctx, t, h, first, vm.Config{})
+
+		const n = 8
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = take()
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("snapshot %d of %d at once: %v", i+1, n, err)
+			}
+		}
+		var obs []observation
+		res, err, o := run(ctx, w, "sandbox of the first", exec.Command{Name: "echo", Args: []string{"runs on"}})
+		want(t, res, err, "runs on\n", "", 0)
+		obs = append(obs, o)
+		err = vm.RemoveSnapshot(ctx, v, first.ID)
+		obs = append(obs, observeSnapshot("the first, in use", err))
+		wantErr(t, "removing the first snapshot, which lost its name but a sandbox uses", err, vm.ErrSnapshotInUse)
+		if err := w.Remove(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = vm.RemoveSnapshot(ctx, v, name)
+		obs = append(obs, observeSnapshot("the name", err))
+		if err != nil {
+			t.Errorf("removing %s: %v", name, err)
+		}
+		mu.Lock()
+		left := 0
+		for _, id := range ids {
+			err := vm.RemoveSnapshot(ctx, v, id)
+			if !errors.Is(err, vm.ErrImageNotFound) {
+				left++
+				t.Errorf("snapshot %.12s is left once its sandbox and its name were removed (removing it: %v)", id, err)
+			}
+		}
+		mu.Unlock()
+		return append(obs, observation{Label: fmt.Sprintf("%d images left of %d", left, n+1)})
+	}
 }
