@@ -33,8 +33,9 @@ const (
 var (
 	// ErrInvalidSnapshot: the [SnapshotOptions] or the reference given
 	// to [RemoveSnapshot] were refused before Podman was called: a name
-	// that is not an image reference, a label Podman would not carry
-	// verbatim.
+	// that is not an image reference, or that Podman would take for an
+	// image ID (see [SnapshotOptions.Name]), a label Podman would not
+	// carry verbatim.
 	ErrInvalidSnapshot = errors.New("vm: invalid snapshot")
 	// ErrImageExists: [SnapshotOptions.Name] names an image that podvm
 	// did not make, and Replace is not set.
@@ -55,8 +56,17 @@ type SnapshotOptions struct {
 	// names no registry, as Podman does); "" lets podvm choose
 	// "localhost/podvm-snapshot:" and a random tag. A name that a podvm
 	// snapshot has already moves to the new one; the old one is removed
-	// unless a sandbox uses it (then [Reap] with [WithSnapshots] takes it
-	// once its owner is gone).
+	// unless a sandbox uses it (then a [RemoveSnapshot] of the name once
+	// the sandbox is gone, or [Reap] with [WithSnapshots] once its owner
+	// is, takes it). Snapshots taken at once under one name, by one
+	// process or several, leave one image under it, the one Podman named
+	// last; the others go as an old one does.
+	//
+	// A name without a registry whose repository is hex digits alone
+	// ("abc", "cafe:v1", an image's 64-digit ID) or "sha256" is refused
+	// with [ErrInvalidSnapshot]: Podman resolves such a reference as an
+	// image ID, or a prefix of one (a single digit will do), so the
+	// snapshot could not be named by it. "localhost/abc" is not refused.
 	Name string
 	// Replace lets Name be taken from an image that podvm did not make:
 	// that image keeps its ID and its other names, and is never removed.
@@ -171,15 +181,21 @@ func TakeSnapshot(ctx context.Context, v VM, opts SnapshotOptions) (*Snapshot, e
 	return s.Snapshot(ctx, opts)
 }
 
-// RemoveSnapshot removes the snapshot image ref (a name, or an ID), with
-// the Podman v uses, in any state of v (uncreated or removed too). A name
-// of a snapshot that has others is untagged; the image goes with its last
-// name. It refuses an image that podvm's labels do not mark as a
-// snapshot with [ErrNotSnapshot], and one a container uses with
-// [ErrSnapshotInUse] (remove its sandboxes first); a snapshot already
-// gone is [ErrImageNotFound]; a VM that cannot [ErrNotSupported].
+// RemoveSnapshot removes the snapshot image ref, with the Podman v uses,
+// in any state of v (uncreated or removed too). ref is its full ID
+// ([Snapshot.ID], 64 hex digits) or a name, checked as
+// [SnapshotOptions.Name] is and completed as it is ("x" is
+// "localhost/x:latest"); anything else is [ErrInvalidSnapshot] before
+// Podman is called. A name of a snapshot that has others is untagged;
+// the image goes with its last name. Given a name, it also removes the
+// snapshots that lost that name to another and that no sandbox uses any
+// more, whatever becomes of the name's own image. It refuses an image
+// that podvm's labels do not mark as a snapshot with [ErrNotSnapshot],
+// and one a container uses with [ErrSnapshotInUse] (remove its
+// sandboxes first); a snapshot already gone is [ErrImageNotFound]; a VM
+// that cannot [ErrNotSupported].
 func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
-	if err := validRemoveRef(ref); err != nil {
+	if _, _, err := removeRef(ref); err != nil {
 		return err
 	}
 	s, ok := v.(Snapshotter)
@@ -191,7 +207,9 @@ func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
 
 // ListSnapshots lists the podvm snapshots of the Podman the options
 // choose, found as [New] finds it, oldest first. [WithLabel] narrows the
-// list to those that carry a label.
+// list to those that carry a label. Snapshots removed while it lists do
+// not fail it (Podman's list does then; it is asked again): they are
+// listed or not.
 func ListSnapshots(ctx context.Context, opts ...Option) ([]Snapshot, error) {
 	o := newOptions(opts)
 	d, err := o.driver(ctx)
@@ -233,26 +251,36 @@ func (s *sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot
 
 // RemoveSnapshot implements [Snapshotter]; see [RemoveSnapshot].
 func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
-	if err := validRemoveRef(ref); err != nil {
+	if _, _, err := removeRef(ref); err != nil {
 		return err
 	}
 	im, ok := s.d.(podman.Imager)
 	if !ok {
 		return fmt.Errorf("%w: remove snapshot: the backend cannot commit a container", ErrNotSupported)
 	}
-	img, err := im.ImageDetails(ctx, ref)
+	return removeSnapshot(ctx, im, ref)
+}
+
+// removeSnapshot removes snapshot ref, naming the sandboxes' trouble in
+// the error.
+func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
+	full, name, err := removeRef(ref)
+	if err != nil {
+		return err
+	}
+	if name {
+		// Whatever becomes of the name's image: the snapshots that lost
+		// the name earlier, while a sandbox used them, go once unused.
+		defer removeLostName(ctx, im, full, "")
+	}
+	img, err := im.ImageDetails(ctx, full)
 	if err != nil {
 		return err
 	}
 	if img.Labels[LabelSnapshot] != "true" {
 		return fmt.Errorf("%w: remove snapshot %s: image %.12s has no %s=true label; podvm leaves it alone", ErrNotSnapshot, ref, img.ID, LabelSnapshot)
 	}
-	return removeSnapshot(ctx, im, ref)
-}
-
-// removeSnapshot removes ref, naming the sandboxes' trouble in the error.
-func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
-	err := im.RemoveImage(ctx, ref)
+	err = im.RemoveImage(ctx, full)
 	if errors.Is(err, ErrSnapshotInUse) {
 		return fmt.Errorf("%w: remove snapshot %s: a sandbox made from it still exists; remove it first: %w", ErrSnapshotInUse, ref, err)
 	}
@@ -272,6 +300,11 @@ var (
 	// What Podman's change parsing keeps verbatim in a label.
 	labelKeyRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]*$`)
 	labelValueRE = regexp.MustCompile(`^[^\s,"'\\\x00-\x1f\x7f]*$`)
+	// What Podman looks up as an image ID, or a prefix of one (a single
+	// digit will do), before it looks for a name without a registry.
+	hexRE = regexp.MustCompile(`^[0-9a-f]+$`)
+	// An image's full ID, as Snapshot.ID holds it.
+	idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // reference returns the repository (with its registry) and tag the
@@ -308,12 +341,15 @@ func parseName(name string) (repo, tag string, err error) {
 		return bad("a digest cannot be chosen")
 	}
 	parts := strings.Split(repo, "/")
-	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost") {
+	switch {
+	case len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost"):
 		if !domainRE.MatchString(parts[0]) {
 			return bad("want a registry host[:port]")
 		}
 		parts = parts[1:]
-	} else {
+	case hexRE.MatchString(repo) || repo == "sha256":
+		return bad("Podman would take it, or its :latest, for an image ID or a prefix of one; name it localhost/" + name + " if that is meant")
+	default:
 		repo = "localhost/" + repo
 	}
 	for _, p := range parts {
@@ -324,25 +360,28 @@ func parseName(name string) (repo, tag string, err error) {
 	return repo, tag, nil
 }
 
-// validRemoveRef checks a reference given to RemoveSnapshot: an image
-// name or ID that cannot be taken for a flag.
-func validRemoveRef(ref string) error {
-	if ref == "" || !imageRE.MatchString(ref) || len(ref) > 512 {
-		return fmt.Errorf("%w: %q is not an image reference or ID", ErrInvalidSnapshot, ref)
+// removeRef checks a reference given to RemoveSnapshot, a snapshot's
+// full ID or a name that TakeSnapshot would take (checked by parseName,
+// as TakeSnapshot checks it), and returns it as Podman is given it: an ID
+// as it is, a name in full (repo:tag). name reports which it is.
+func removeRef(ref string) (full string, name bool, err error) {
+	if idRE.MatchString(ref) {
+		return ref, false, nil
 	}
-	return nil
+	repo, tag, err := parseName(ref)
+	if err != nil {
+		return "", false, fmt.Errorf("%w (nor a snapshot's full ID)", err)
+	}
+	return repo + ":" + tag, true, nil
 }
 
 // takeSnapshot commits container id as repo:tag.
 func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
 	ref := repo + ":" + tag
-	var old podman.Image
 	if opts.Name != "" { // podvm's own names are random: none is taken
-		var err error
-		old, err = im.ImageDetails(ctx, ref)
+		old, err := im.ImageDetails(ctx, ref)
 		switch {
 		case errors.Is(err, ErrImageNotFound):
-			old = podman.Image{}
 		case err != nil:
 			return nil, err
 		case old.Labels[LabelSnapshot] != "true" && !opts.Replace:
@@ -365,28 +404,39 @@ func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, o
 		}
 		return nil, err
 	}
-	if old.ID != "" && old.ID != imgID && old.Labels[LabelSnapshot] == "true" {
-		removeReplaced(ctx, im, old.ID)
+	if opts.Name != "" {
+		removeLostName(ctx, im, ref, imgID)
 	}
 	snap := snapshotOf(podman.Image{ID: imgID, Names: []string{ref}, Labels: labels})
 	return &snap, nil
 }
 
-// removeReplaced removes snapshot id, whose name moved to another, unless
-// it has other names or a sandbox uses it. Another commit or removal on
-// the same storage can make one attempt fail (see podman.Imager.Commit):
-// it tries three times; a snapshot left carries its labels, for Reap.
-func removeReplaced(ctx context.Context, im podman.Imager, id string) {
-	for try := 0; try < 3; try++ {
-		img, err := im.ImageDetails(ctx, id)
-		if err == nil && len(img.Names) > 0 {
-			return
+// removeLostName removes the snapshots that lost name (repo:tag) to
+// another image and have no other name, except keep (the image just
+// named) and those a sandbox uses, which a later call removes once
+// unused (a RemoveSnapshot of name, or Reap, which finds them by their
+// labels). Podman's history of an image's names tells which lost
+// it: an image that a commit made and has yet to name has none, so a
+// snapshot being taken under name at the same time, here or by another
+// process, is left alone. Whichever of the snapshots taken at once
+// under one name Podman names last keeps it; the others are removed by
+// the call that took the name from them, which lists after naming its
+// own. Another commit or removal on the same storage can make one
+// removal fail (see podman.Imager.Commit): it tries three times.
+func removeLostName(ctx context.Context, im podman.Imager, name, keep string) {
+	imgs, err := im.Images(ctx, LabelSnapshot+"=true")
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		if img.ID == keep || len(img.Names) > 0 || img.Labels[LabelSnapshot] != "true" || !slices.Contains(img.History, name) {
+			continue
 		}
-		if err == nil {
-			err = im.RemoveImage(ctx, id)
-		}
-		if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
-			return
+		for try := 0; try < 3; try++ {
+			err := im.RemoveImage(ctx, img.ID)
+			if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
+				break
+			}
 		}
 	}
 }

@@ -118,6 +118,15 @@ func TestSnapshotNames(t *testing.T) {
 		assert.Contains(t, err.Error(), "Replace")
 		assert.Equal(t, testImageID, strings.TrimSpace(podman(ctx, t, env, "image", "inspect", "--format", "{{.Id}}", env.Image)))
 
+		// A name Podman would resolve as an image ID (here the test
+		// image's): refused before any call, nothing made. Given to
+		// RemoveSnapshot, a full ID is an ID; a part of one, refused.
+		_, err = vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: testImageID, Labels: labels})
+		require.ErrorIs(t, err, vm.ErrInvalidSnapshot)
+		assert.False(t, imageExists(ctx, env, "localhost/"+testImageID+":latest"), "a snapshot named as an ID was made")
+		require.ErrorIs(t, vm.RemoveSnapshot(ctx, v, testImageID), vm.ErrNotSnapshot)
+		require.ErrorIs(t, vm.RemoveSnapshot(ctx, v, testImageID[:12]), vm.ErrInvalidSnapshot)
+
 		// Unless asked: a name of the user's (a tag of the test
 		// image) moves; the image keeps its ID and other names.
 		users := "localhost/podvm-snaptest-users-" + strings.ToLower(name) + ":" + strconv.Itoa(os.Getpid())

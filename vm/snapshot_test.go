@@ -3,6 +3,8 @@ package vm
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,9 +29,17 @@ func TestParseName(t *testing.T) {
 			assert.Equal(t, c.repo+":"+c.tag, repo+":"+tag, c.name)
 		}
 	}
-	for _, bad := range []string{"", "Upper", "-x", "a b", "x:", "x:-t", "x@sha256:00", "a..b", "/x", "x/", "a//b", "x:" + strings.Repeat("t", 129), strings.Repeat("a", 256), "a,b", "a\x00"} {
+	for _, bad := range []string{"", "Upper", "-x", "a b", "x:", "x:-t", "x@sha256:00", "a..b", "/x", "x/", "a//b", "x:" + strings.Repeat("t", 129), strings.Repeat("a", 256), "a,b", "a\x00",
+		"x:tag:tag", "UPPER",
+		// What Podman would resolve as an image ID, or a prefix of one.
+		strings.Repeat("0123456789abcdef", 4), "abc", "cafe", "a", "0", "deadbeef:v1", "sha256:" + strings.Repeat("ab", 32)} {
 		_, _, err := parseName(bad)
 		assert.ErrorIs(t, err, ErrInvalidSnapshot, "%q", bad)
+	}
+	// A registry, or a letter past f, makes a name unambiguous.
+	for _, good := range []string{"localhost/abc", "localhost/" + strings.Repeat("ab", 32), "cafe-au-lait", "abcg", "x/abc"} {
+		_, _, err := parseName(good)
+		assert.NoError(t, err, good)
 	}
 }
 
@@ -37,6 +47,7 @@ func TestParseName(t *testing.T) {
 // image, as one whose storage fills up midway might.
 type fakeImager struct {
 	images    map[string]podman.Image // by ID
+	n         int                     // images committed
 	commitErr error
 	removed   []string
 }
@@ -47,7 +58,13 @@ func (f *fakeImager) Commit(_ context.Context, id, repo, tag string, changes []s
 		k, v, _ := strings.Cut(strings.TrimPrefix(ch, "LABEL "), "=")
 		labels[k] = v
 	}
-	img := podman.Image{ID: fmt.Sprintf("%064d", len(f.images)+1), Names: []string{repo + ":" + tag}, Labels: labels}
+	ref := repo + ":" + tag
+	for id, img := range f.images { // as Podman does, the name moves
+		img.Names = slices.DeleteFunc(slices.Clone(img.Names), func(n string) bool { return n == ref })
+		f.images[id] = img
+	}
+	f.n++
+	img := podman.Image{ID: fmt.Sprintf("%064d", f.n), Names: []string{ref}, History: []string{ref}, Labels: labels}
 	f.images[img.ID] = img
 	if f.commitErr != nil {
 		return "", f.commitErr
@@ -117,4 +134,53 @@ func TestSnapshotNameTaken(t *testing.T) {
 	assert.Equal(t, "true", snap.Labels[LabelSnapshot])
 	assert.Equal(t, "", snap.Labels[LabelManaged])
 	assert.Equal(t, "c0ffee", snap.Source)
+}
+
+// Every call that takes a snapshot's name checks it as TakeSnapshot does,
+// before Podman is asked (the mock expects no call but podman info): a
+// name TakeSnapshot refuses is never sent to Podman to resolve.
+func TestSnapshotNamesCheckedBeforePodman(t *testing.T) {
+	t.Parallel()
+	v, _ := newMock(t, Config{Image: "img"})
+	ctx := context.Background()
+	for _, bad := range []string{"UPPER", "x:tag:tag", "abc", "sha256:" + strings.Repeat("ab", 32), strings.Repeat("ab", 31), "-f", "a b"} {
+		_, err := TakeSnapshot(ctx, v, SnapshotOptions{Name: bad})
+		assert.ErrorIs(t, err, ErrInvalidSnapshot, "take %q", bad)
+		assert.ErrorIs(t, RemoveSnapshot(ctx, v, bad), ErrInvalidSnapshot, "remove %q", bad)
+		assert.ErrorIs(t, v.RemoveSnapshot(ctx, bad), ErrInvalidSnapshot, "the Snapshotter's remove %q", bad)
+		_, err = v.Snapshot(ctx, SnapshotOptions{Name: bad})
+		assert.ErrorIs(t, err, ErrInvalidSnapshot, "the Snapshotter's take %q", bad)
+	}
+}
+
+// A snapshot that loses its name to another goes, whichever call took
+// the name: not one a commit has yet to name (it has no history of
+// names), one that lost another name, nor an image podvm did not make.
+func TestSnapshotLostNameGoes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	snapshot := map[string]string{LabelSnapshot: "true"}
+	f := &fakeImager{images: map[string]podman.Image{}}
+	for _, img := range []podman.Image{
+		{ID: "committing", Labels: snapshot},
+		{ID: "lost-another", History: []string{"localhost/y:latest"}, Labels: snapshot},
+		{ID: "users", History: []string{"localhost/x:latest"}},
+		// Lost the name in a race whose winner's call did not see it.
+		{ID: "lost-earlier", History: []string{"localhost/x:latest"}, Labels: snapshot},
+	} {
+		f.images[img.ID] = img
+	}
+	var ids []string
+	for range 3 {
+		snap, err := takeSnapshot(ctx, f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Name: "x"})
+		require.NoError(t, err)
+		ids = append(ids, snap.ID)
+	}
+	assert.ElementsMatch(t, []string{"committing", "lost-another", "users", ids[2]}, slices.Collect(maps.Keys(f.images)))
+
+	// RemoveSnapshot of a name does as much: here for what a sandbox
+	// used when the name moved.
+	f.images["was-in-use"] = podman.Image{ID: "was-in-use", History: []string{"localhost/x:latest"}, Labels: snapshot}
+	require.NoError(t, removeSnapshot(ctx, f, "x"))
+	assert.ElementsMatch(t, []string{"committing", "lost-another", "users"}, slices.Collect(maps.Keys(f.images)))
 }

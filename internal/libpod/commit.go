@@ -38,9 +38,12 @@ func (c *Client) Commit(ctx context.Context, container, repo, tag string, change
 // Image is an image as [Client.ImageList] and [Client.ImageDetails]
 // describe it.
 type Image struct {
-	ID     string
-	Names  []string // its names ("localhost/name:tag"); none for a dangling image
-	Labels map[string]string
+	ID    string
+	Names []string // its names ("localhost/name:tag"); none for a dangling image
+	// History is every name it has had, those it lost too (Podman's
+	// NamesHistory); none while a commit has yet to name it.
+	History []string
+	Labels  map[string]string
 	// Created is when it was made.
 	Created time.Time
 }
@@ -67,13 +70,14 @@ type ListedImage struct {
 	Names   []string          `json:"Names"`
 	Labels  map[string]string `json:"Labels"`
 	Created int64             `json:"Created"` // Unix seconds
+	History []string          `json:"History"` // its NamesHistory
 }
 
 // Images converts listed images.
 func Images(list []ListedImage) []Image {
 	out := make([]Image, 0, len(list))
 	for _, l := range list {
-		out = append(out, Image{ID: l.ID, Names: l.Names, Labels: l.Labels, Created: time.Unix(l.Created, 0)})
+		out = append(out, Image{ID: l.ID, Names: l.Names, History: l.History, Labels: l.Labels, Created: time.Unix(l.Created, 0)})
 	}
 	return out
 }
@@ -81,15 +85,16 @@ func Images(list []ListedImage) []Image {
 // InspectedImage is an image as the service's inspect and `podman image
 // inspect` spell it.
 type InspectedImage struct {
-	ID       string            `json:"Id"`
-	RepoTags []string          `json:"RepoTags"`
-	Labels   map[string]string `json:"Labels"`
-	Created  time.Time         `json:"Created"`
+	ID           string            `json:"Id"`
+	RepoTags     []string          `json:"RepoTags"`
+	NamesHistory []string          `json:"NamesHistory"`
+	Labels       map[string]string `json:"Labels"`
+	Created      time.Time         `json:"Created"`
 }
 
 // Image converts an inspected image.
 func (i InspectedImage) Image() Image {
-	return Image{ID: i.ID, Names: i.RepoTags, Labels: i.Labels, Created: i.Created}
+	return Image{ID: i.ID, Names: i.RepoTags, History: i.NamesHistory, Labels: i.Labels, Created: i.Created}
 }
 
 // ImageDetails returns the ID, names, labels and creation time of image

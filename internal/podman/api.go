@@ -54,11 +54,13 @@ func isNotFound(err error) bool {
 
 // Image implements [Driver.Image].
 func (a API) Image(ctx context.Context, ref string) (string, error) {
-	img, err := a.c.ImageInspect(ctx, ref)
-	if err != nil {
-		return "", apiError("image inspect", ref, err)
-	}
-	return img.Architecture, nil
+	return again(ctx, imageVanished, func() (string, error) {
+		img, err := a.c.ImageInspect(ctx, ref)
+		if err != nil {
+			return "", apiError("image inspect", ref, err)
+		}
+		return img.Architecture, nil
+	})
 }
 
 // Local implements [Driver.Local]: a unix:// service is local.

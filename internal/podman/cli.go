@@ -147,7 +147,9 @@ func (d CLI) run(ctx context.Context, op, what string, c exec.Command) (*exec.Re
 
 // Image implements [Driver.Image] with `podman image inspect`.
 func (d CLI) Image(ctx context.Context, ref string) (string, error) {
-	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", ref}})
+	res, err := again(ctx, imageVanished, func() (*exec.Result, error) {
+		return d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", ref}})
+	})
 	if err != nil {
 		return "", err
 	}

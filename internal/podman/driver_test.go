@@ -126,3 +126,41 @@ func TestAPICreateAgent(t *testing.T) {
 	assert.Equal(t, &libpod.LogConfig{Driver: "none"}, body.LogConfiguration)
 	assert.Contains(t, body.Mounts, libpod.Mount{Destination: "/.podvm", Type: "bind", Source: "/cache/agent", Options: []string{"rbind", "ro"}})
 }
+
+// An image list or inspect that Podman fails because another image was
+// removed while it read every image's record is asked again; an image
+// not found by the reference asked for is not. The messages are Podman
+// 4.3's, seen with snapshots removed at the same time.
+func TestImageVanishedMeanwhile(t *testing.T) {
+	t.Parallel()
+	id := strings.Repeat("9", 64)
+	vanished := []string{
+		`Error: retrieving size of image "` + id + `": you may need to remove the image to resolve the error: locating image with ID "` + id + `": image not known`,
+		`Error: retrieving parent of image "` + id + `": you may need to remove the image to resolve the error: locating item named "manifest" for image with ID "` + id + `" (consider removing the image to resolve the issue): file does not exist`,
+		`Error: reading image "` + id + `": locating image with ID "` + id + `": image not known`,
+	}
+	failed := func(stderr string) *exec.Result { return &exec.Result{ExitCode: 125, Stderr: stderr + "\n"} }
+	for _, msg := range vanished {
+		x := execmock.NewMockExecutor(gomock.NewController(t))
+		d, err := NewCLI(x, "podman", "", "")
+		require.NoError(t, err)
+		gomock.InOrder(
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(failed(msg), nil),
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: `[{"Id":"` + id + `","Names":["localhost/x:latest"],"History":["localhost/x:latest"]}]`}, nil),
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(failed(msg), nil),
+			x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(&exec.Result{Stdout: `[{"Id":"` + id + `","RepoTags":["localhost/x:latest"],"NamesHistory":["localhost/x:latest","localhost/y:latest"]}]`}, nil),
+		)
+		list, err := d.Images(context.Background(), "a=b")
+		require.NoError(t, err, msg)
+		assert.Equal(t, []string{"localhost/x:latest"}, list[0].History)
+		img, err := d.ImageDetails(context.Background(), "localhost/x:latest")
+		require.NoError(t, err, msg)
+		assert.Equal(t, []string{"localhost/x:latest", "localhost/y:latest"}, img.History)
+	}
+	x := execmock.NewMockExecutor(gomock.NewController(t))
+	d, err := NewCLI(x, "podman", "", "")
+	require.NoError(t, err)
+	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(failed(`Error: inspecting object: localhost/x:latest: image not known`), nil).Times(1)
+	_, err = d.ImageDetails(context.Background(), "localhost/x:latest")
+	assert.ErrorIs(t, err, ErrImageNotFound)
+}

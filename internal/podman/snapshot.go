@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -27,8 +28,12 @@ type Imager interface {
 	// commas) applied to its config, and returns the image's ID.
 	Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error)
 	// ImageDetails describes image ref, or fails with [ErrImageNotFound].
+	// Another image that goes away meanwhile does not fail it (see
+	// [Imager.Images]).
 	ImageDetails(ctx context.Context, ref string) (Image, error)
-	// Images lists the images carrying label ("key=value").
+	// Images lists the images carrying label ("key=value"). An image
+	// removed while Podman lists does not fail the list: Podman's own
+	// failure then is retried (see imageAgain).
 	Images(ctx context.Context, label string) ([]Image, error)
 	// RemoveImage removes image ref without force: one name of an image
 	// with several is untagged; an image a container uses is refused with
@@ -46,7 +51,7 @@ var (
 
 // Commit implements [Imager.Commit] with POST /commit.
 func (a API) Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error) {
-	return commitAgain(ctx, func() (string, error) {
+	return again(ctx, layerLost, func() (string, error) {
 		img, err := a.c.Commit(ctx, id, repo, tag, changes)
 		if err != nil {
 			return "", apiError("commit", id, err)
@@ -55,40 +60,67 @@ func (a API) Commit(ctx context.Context, id, repo, tag string, changes []string)
 	})
 }
 
-// commitAgain calls commit until it does not fail with Podman's "layer
-// not known", at most three times. Podman's storage can lose a layer it
-// just made to an image removal or another commit running at the same
-// time (containers/podman#24598, containers/buildah#5674); the image
-// was not made, and committing again succeeds.
-func commitAgain(ctx context.Context, commit func() (string, error)) (string, error) {
-	img, err := commit()
-	for try := 1; try < 3 && err != nil && strings.Contains(err.Error(), "layer not known"); try++ {
+// again calls f until it does not fail with an error transient
+// recognises, a bounded number of times.
+func again[T any](ctx context.Context, t transient, f func() (T, error)) (T, error) {
+	v, err := f()
+	for try := 1; try < t.tries && err != nil && t.re.MatchString(err.Error()); try++ {
 		select {
 		case <-ctx.Done():
-			return "", err
-		case <-time.After(100 * time.Millisecond):
+			return v, err
+		case <-time.After(t.pause):
 		}
-		img, err = commit()
+		v, err = f()
 	}
-	return img, err
+	return v, err
 }
+
+// transient is a failure of Podman that goes away when the call is
+// made again: its message, and how often and how far apart to try.
+type transient struct {
+	re    *regexp.Regexp
+	tries int
+	pause time.Duration
+}
+
+var (
+	// layerLost: Podman's storage can lose a layer a commit just made
+	// to an image removal or another commit running at the same time
+	// (containers/podman#24598, containers/buildah#5674); the image was
+	// not made, and committing again succeeds.
+	layerLost = transient{regexp.MustCompile(`layer not known`), 3, 100 * time.Millisecond}
+	// imageVanished: an image list or inspect reads every image's record
+	// (for its parent, its size), and fails when one is removed while it
+	// reads: "retrieving size of image X: ...: locating image with ID X:
+	// image not known", "retrieving parent of image X: ...: locating item
+	// named "manifest" for image with ID Y ...: file does not exist" (an
+	// image half removed), "reading image X: locating image with ID X:
+	// image not known" (Podman 4.3 and 5). Asking again, the image is
+	// gone and the answer complete. An image not found by the name or ID
+	// asked for fails otherwise, and is not retried.
+	imageVanished = transient{regexp.MustCompile(`locating (image|item named "[^"]*" for image) with ID`), 10, 50 * time.Millisecond}
+)
 
 // ImageDetails implements [Imager.ImageDetails].
 func (a API) ImageDetails(ctx context.Context, ref string) (Image, error) {
-	img, err := a.c.ImageDetails(ctx, ref)
-	if err != nil {
-		return Image{}, apiError("image inspect", ref, err)
-	}
-	return img, nil
+	return again(ctx, imageVanished, func() (Image, error) {
+		img, err := a.c.ImageDetails(ctx, ref)
+		if err != nil {
+			return Image{}, apiError("image inspect", ref, err)
+		}
+		return img, nil
+	})
 }
 
 // Images implements [Imager.Images].
 func (a API) Images(ctx context.Context, label string) ([]Image, error) {
-	list, err := a.c.ImageList(ctx, label)
-	if err != nil {
-		return nil, apiError("image list", "", err)
-	}
-	return list, nil
+	return again(ctx, imageVanished, func() ([]Image, error) {
+		list, err := a.c.ImageList(ctx, label)
+		if err != nil {
+			return nil, apiError("image list", "", err)
+		}
+		return list, nil
+	})
 }
 
 // RemoveImage implements [Imager.RemoveImage].
@@ -109,7 +141,7 @@ func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string)
 	if tag != "" {
 		name += ":" + tag
 	}
-	res, err := commitAgain(ctx, func() (string, error) {
+	res, err := again(ctx, layerLost, func() (string, error) {
 		res, err := d.run(ctx, "commit", id, exec.Command{Args: append(args, id, name)})
 		if err != nil {
 			return "", err
@@ -129,7 +161,9 @@ func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string)
 // ImageDetails implements [Imager.ImageDetails] with `podman image
 // inspect`.
 func (d CLI) ImageDetails(ctx context.Context, ref string) (Image, error) {
-	res, err := d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", ref}, MaxOutputBytes: 16 << 20})
+	res, err := again(ctx, imageVanished, func() (*exec.Result, error) {
+		return d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", ref}, MaxOutputBytes: 16 << 20})
+	})
 	if err != nil {
 		return Image{}, err
 	}
@@ -142,7 +176,9 @@ func (d CLI) ImageDetails(ctx context.Context, ref string) (Image, error) {
 
 // Images implements [Imager.Images] with `podman images`.
 func (d CLI) Images(ctx context.Context, label string) ([]Image, error) {
-	res, err := d.run(ctx, "images", "", exec.Command{Args: []string{"images", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
+	res, err := again(ctx, imageVanished, func() (*exec.Result, error) {
+		return d.run(ctx, "images", "", exec.Command{Args: []string{"images", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
+	})
 	if err != nil {
 		return nil, err
 	}

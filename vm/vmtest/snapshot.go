@@ -53,8 +53,11 @@ func snapshotCases(h Harness) []testCase {
 		{Name: "snapshot/lifecycle", Promise: "a snapshot before Create is ErrNotCreated, after Remove ErrRemoved, of a container removed behind the VM's back ErrNoSuchContainer, leaving no image",
 			Uncreated: true, Deadline: 2 * time.Minute,
 			Test: snapshotLifecycle(h)},
-		{Name: "snapshot/invalid", Promise: "a name that is not an image reference, or a label Podman would change, is ErrInvalidSnapshot before Podman is called",
+		{Name: "snapshot/invalid", Promise: "a name that is not an image reference, that Podman would take for an image ID, or a label Podman would change, is ErrInvalidSnapshot before Podman is called, to take a snapshot or to remove one",
 			Test: snapshotInvalid},
+		{Name: "snapshot/same-name-at-once", Promise: "snapshots taken at once under one name leave one image under it and no other: the images that lost the name go, and the one a sandbox uses goes once the sandbox and the name are removed",
+			Deadline: 3 * time.Minute,
+			Test:     snapshotSameNameAtOnce(h)},
 	}
 }
 
@@ -67,14 +70,18 @@ func takeSnapshot(ctx context.Context, t *testing.T, v vm.VM, opts vm.SnapshotOp
 		skipIfNotSupported(t, err)
 		t.Fatalf("TakeSnapshot: %v", err)
 	}
-	t.Cleanup(func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := vm.RemoveSnapshot(rctx, v, snap.Image); err != nil && !errors.Is(err, vm.ErrImageNotFound) {
-			t.Errorf("removing snapshot %s: %v", snap.Image, err)
-		}
-	})
+	t.Cleanup(func() { removeSnapshot(t, v, snap.Image) })
 	return snap
+}
+
+// removeSnapshot removes snapshot ref, if it is still there.
+func removeSnapshot(t *testing.T, v vm.VM, ref string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := vm.RemoveSnapshot(ctx, v, ref); err != nil && !errors.Is(err, vm.ErrImageNotFound) {
+		t.Errorf("removing snapshot %s: %v", ref, err)
+	}
 }
 
 // fromSnapshot creates a sandbox of cfg from snap, removed when the test
@@ -280,15 +287,99 @@ func snapshotInvalid(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		{Name: "bad..dots"}, {Name: strings.Repeat("a", 256)}, {Name: "x/"},
 		{Labels: map[string]string{"k": "a,b"}}, {Labels: map[string]string{"k": `"q"`}}, {Labels: map[string]string{"": "v"}},
 		{Labels: map[string]string{"k": "two words"}},
+		// Podman would resolve these as an image's ID, or a prefix of one.
+		{Name: strings.Repeat("0123456789abcdef", 4)}, {Name: "abc"}, {Name: "cafe:v1"}, {Name: "sha256:" + strings.Repeat("ab", 32)},
 	} {
-		_, err := vm.TakeSnapshot(ctx, v, o)
+		snap, err := vm.TakeSnapshot(ctx, v, o)
+		if err == nil {
+			removeSnapshot(t, v, snap.ID)
+		}
 		wantErr(t, "options "+o.Name, err, vm.ErrInvalidSnapshot)
 		obs = append(obs, observeSnapshot(o.Name, err))
 	}
-	for _, ref := range []string{"", "-f", "a b"} {
+	for _, ref := range []string{"", "-f", "a b", "UPPER", "x:tag:tag", "Upper/case", "abc", strings.Repeat("ab", 31), "sha256:abc"} {
 		err := vm.RemoveSnapshot(ctx, v, ref)
 		wantErr(t, "remove "+ref, err, vm.ErrInvalidSnapshot)
 		obs = append(obs, observeSnapshot("remove "+ref, err))
 	}
 	return obs
+}
+
+// snapshotSameNameAtOnce takes one snapshot, starts a sandbox from it,
+// then takes eight more under its name at once.
+func snapshotSameNameAtOnce(h Harness) func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	return func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+		name := "localhost/podvm-vmtest-race:" + randomWord()
+		// Whatever fails, every image made is removed: the name's, then
+		// each by ID (those left nameless). Cleanups run last first, so
+		// this one runs after the sandbox's.
+		var mu sync.Mutex
+		var ids []string
+		t.Cleanup(func() {
+			removeSnapshot(t, v, name)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range ids {
+				removeSnapshot(t, v, id)
+			}
+		})
+		take := func() (*vm.Snapshot, error) {
+			snap, err := vm.TakeSnapshot(ctx, v, vm.SnapshotOptions{Name: name})
+			if err == nil {
+				mu.Lock()
+				ids = append(ids, snap.ID)
+				mu.Unlock()
+			}
+			return snap, err
+		}
+		first, err := take()
+		if err != nil {
+			skipIfNotSupported(t, err)
+			t.Fatalf("TakeSnapshot: %v", err)
+		}
+		w := fromSnapshot(ctx, t, h, first, vm.Config{})
+
+		const n = 8
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = take()
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("snapshot %d of %d at once: %v", i+1, n, err)
+			}
+		}
+		var obs []observation
+		res, err, o := run(ctx, w, "sandbox of the first", exec.Command{Name: "echo", Args: []string{"runs on"}})
+		want(t, res, err, "runs on\n", "", 0)
+		obs = append(obs, o)
+		err = vm.RemoveSnapshot(ctx, v, first.ID)
+		obs = append(obs, observeSnapshot("the first, in use", err))
+		wantErr(t, "removing the first snapshot, which lost its name but a sandbox uses", err, vm.ErrSnapshotInUse)
+		if err := w.Remove(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = vm.RemoveSnapshot(ctx, v, name)
+		obs = append(obs, observeSnapshot("the name", err))
+		if err != nil {
+			t.Errorf("removing %s: %v", name, err)
+		}
+		mu.Lock()
+		left := 0
+		for _, id := range ids {
+			err := vm.RemoveSnapshot(ctx, v, id)
+			if !errors.Is(err, vm.ErrImageNotFound) {
+				left++
+				t.Errorf("snapshot %.12s is left once its sandbox and its name were removed (removing it: %v)", id, err)
+			}
+		}
+		mu.Unlock()
+		return append(obs, observation{Label: fmt.Sprintf("%d images left of %d", left, n+1)})
+	}
 }
