@@ -85,7 +85,11 @@ podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2
 // its stderr mark says why (env, dir, notfound, perm). The user's
 // variables live in the subshell alone, so they cannot change the
 // script's own (whose names, podvm_*, [Driver.Exec] refuses) or its
-// PATH. While the command runs, the script's own stderr is /dev/null (the
+// PATH. No DIR or ARGV[0] is read as an option by sh, cd or exec: a
+// relative DIR is given as ./DIR, and a command
+// named "-..." is exec'd by the path found for it, which is then its
+// argv[0] (the exec of bash and busybox takes options, dash's no "--").
+// While the command runs, the script's own stderr is /dev/null (the
 // command has the session's, which fd 3 saved): a shell reports a child
 // killed by a signal there ("Killed"), and a failed fork. It is POSIX sh:
 // busybox's ash, dash, bash.
@@ -101,10 +105,13 @@ podvm_run() (
      IFS=$podvm_o; set +f
      [ -n "$podvm_f" ] || podvm_no notfound ;;
   esac
+  case $podvm_f in -*) podvm_f=./$podvm_f ;; esac
   [ -e "$podvm_f" ] || podvm_no notfound
   [ -d "$podvm_f" ] || [ ! -x "$podvm_f" ] && podvm_no perm
+  case $1 in -*) shift; set -- "$podvm_f" "$@" ;; esac
   exec "$@" 2>&3 3>&-
 )
+case $podvm_d in ''|/*) ;; *) podvm_d=./$podvm_d ;; esac
 if [ -n "$podvm_d" ]; then cd "$podvm_d" 2>/dev/null || podvm_end dir; fi
 exec 3>&2 2>/dev/null
 if [ -n "$podvm_i" ]; then podvm_run "$@"; else podvm_run "$@" </dev/null; fi
@@ -407,7 +414,9 @@ func orDiscard(w io.Writer) io.Writer {
 // extracts stdin into DIR; `... out PATH` archives PATH, named after its
 // base name, following PATH itself when it is a symlink (a link to a
 // directory is archived from inside, as "./…", which [renameDot] names
-// after PATH). DIR and PATH come as printf octal escapes (octal): any
+// after PATH). tar gets the base name after "--", so a name that begins
+// with "-" is never one of its options (busybox and GNU tar alike). DIR
+// and PATH come as printf octal escapes (octal): any
 // byte reaches the script, where the exec API's argv, carried by gRPC
 // strings, takes UTF-8 only. MARK is the first line of stdin, and the
 // script ends with the marks, as execScript does: its stderr's word is
@@ -422,7 +431,7 @@ out) [ -e "$p" ] || [ -L "$p" ] || podvm_end missing
    if [ "$p" = / ]; then cd / && tar -c -f - .
    elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
    else d=${p%/*}; cd "${d:-/}" || podvm_end missing
-     if [ -L "$p" ]; then tar -c -h -f - "${p##*/}"; else tar -c -f - "${p##*/}"; fi
+     if [ -L "$p" ]; then tar -c -h -f - -- "${p##*/}"; else tar -c -f - -- "${p##*/}"; fi
    fi ;;
 esac
 podvm_end "exited $?"`

@@ -233,3 +233,69 @@ func TestUnsettable(t *testing.T) {
 		assert.Equal(t, ok, unsettable(name) == "", "%q: %s", name, unsettable(name))
 	}
 }
+
+// No name the scripts are given is read as an option: a file named
+// "-dash", "--", "-" alone, a directory or a command beginning with "-".
+func TestScriptsTakeNoNameAsOption(t *testing.T) {
+	const mark = "podvm-tar-feed:"
+	dir := t.TempDir()
+	names := []string{"-dash", "--", "-", "-rf"}
+	for _, n := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("data "+n), 0o644))
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "-d"), 0o755))
+	prog := filepath.Join(dir, "-d", "-prog")
+	require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\necho \"prog $*\"\n"), 0o755))
+	for _, shell := range shells(t) {
+		t.Run(shell[len(shell)-1], func(t *testing.T) {
+			for _, n := range names {
+				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "out", octal(filepath.Join(dir, n)))...)
+				cmd.Stdin = strings.NewReader(mark + "\n")
+				var out, errs lockedBuffer
+				cmd.Stdout, cmd.Stderr = &out, &errs
+				require.NoError(t, cmd.Run())
+				require.Equal(t, mark+" exited 0\n", errs.String(), "tar out %q", n)
+				tr := tar.NewReader(strings.NewReader(out.String()))
+				h, err := tr.Next()
+				require.NoError(t, err)
+				assert.Equal(t, n, h.Name)
+				got, _ := io.ReadAll(tr)
+				assert.Equal(t, "data "+n, string(got))
+			}
+			for _, c := range []struct {
+				name, dir string
+				argv      []string
+				out       string
+			}{
+				{"a dir -d", "-d", []string{"sh", "-c", "pwd"}, filepath.Join(dir, "-d") + "\n"},
+				{"a dir -", "-", []string{"sh", "-c", "pwd"}, dir + "\n"},
+				{"a command -prog in PATH", "", []string{"-prog", "-x"}, "prog -x\n"},
+				{"a command -d/-prog", "", []string{"-d/-prog", "--"}, "prog --\n"},
+			} {
+				args := []string{"-c", execScript, "podvm-exec", c.dir, "1", "", "PATH=" + filepath.Join(dir, "-d") + ":/usr/bin:/bin"}
+				cmd := osexec.Command(shell[0], append(shell[1:], append(args, c.argv...)...)...)
+				cmd.Dir = dir
+				if c.dir == "-" { // "-" is a file here: make it a directory
+					cmd.Dir = filepath.Join(dir, "-d")
+					c.out = filepath.Join(dir, "-d", "-") + "\n"
+					require.NoError(t, os.MkdirAll(filepath.Join(cmd.Dir, "-"), 0o755))
+				}
+				stdin, err := cmd.StdinPipe()
+				require.NoError(t, err)
+				var out, errs lockedBuffer
+				cmd.Stdout, cmd.Stderr = &out, &errs
+				require.NoError(t, cmd.Start())
+				_, _ = io.WriteString(stdin, "podvm-exec-feed:\n")
+				deadline := time.Now().Add(10 * time.Second)
+				for !strings.Contains(errs.String(), "podvm-exec-feed:") {
+					require.True(t, time.Now().Before(deadline), "%s: no marks: %q %q", c.name, out.String(), errs.String())
+					time.Sleep(5 * time.Millisecond)
+				}
+				stdin.Close()
+				_ = cmd.Wait()
+				assert.Equal(t, c.out+"podvm-exec-feed: end\n", out.String(), c.name)
+				assert.Equal(t, "podvm-exec-feed: exited 0\n", errs.String(), c.name)
+			}
+		})
+	}
+}
