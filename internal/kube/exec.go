@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/targuard"
 )
 
 // This file is the exec path: a command as an exec session of the pod's
@@ -426,7 +428,15 @@ func orDiscard(w io.Writer) io.Writer {
 // was given to be taken).
 const tarScript = marksPrelude + `op=$1 p=$(printf "$2"; echo x); p=${p%x}
 case $op in
-in) cd "$p" 2>/dev/null || podvm_end missing; tar -x -f - ;;
+in) cd "$p" 2>/dev/null || podvm_end missing
+   podvm_i=0
+   while IFS= read -r l && [ -n "$l" ]; do
+     q=${l#??}; podvm_i=$((podvm_i+1))
+     case $l in [NR]*) q=$(printf "$q"; echo x); q=${q%x} ;; esac
+     [ -L "./$q" ] || continue
+     case $l in [nN]*) podvm_end "unsafe $podvm_i" ;; *) rm -f "./$q" || podvm_end "unsafe $podvm_i" ;; esac
+   done
+   tar -x -f - ;;
 out) [ -e "$p" ] || [ -L "$p" ] || podvm_end missing
    if [ "$p" = / ]; then cd / && tar -c -f - .
    elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
@@ -445,9 +455,92 @@ func octal(s string) string {
 	return b.String()
 }
 
-// tarIn is CopyIn after start: tar in an exec session.
+// tarIn is CopyIn after start: tar in an exec session. The archive is
+// spooled to a temporary file of the host first, removed when tarIn
+// returns, so that the script can be told, before the archive, which of
+// the paths it is about to extract through must not be symlinks
+// ([planted]).
 func (d *Driver) tarIn(ctx context.Context, id, dir string, r io.Reader) error {
-	return d.tar(ctx, id, "in", dir, r, nil)
+	f, err := os.CreateTemp("", "podvm-kube-in-")
+	if err != nil {
+		return fmt.Errorf("vm: kube: copy in %s: spooling the archive: %w", dir, err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	checks, err := planted(io.TeeReader(r, f))
+	if err == nil {
+		_, err = io.Copy(f, r) // what follows the archive's end
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return fmt.Errorf("vm: kube: copy in %s: %w", dir, err)
+	}
+	err = d.tar(ctx, id, "in", dir, io.MultiReader(strings.NewReader(checkLines(checks)), f), nil)
+	if i, ok := unsafeAt(err); ok && i > 0 && i <= len(checks) {
+		return fmt.Errorf("%w %q: a symlink the sandbox planted under %s, which the copy would follow", targuard.ErrUnsafe, checks[i-1].path, dir)
+	}
+	return err
+}
+
+// check is a path the tar script looks at before it extracts: kind "n"
+// when it must not be a symlink (an entry would be extracted through
+// it), "r" when a symlink there is removed (a directory entry takes its
+// place, as the agent's copies do).
+type check struct{ kind, path string }
+
+// checkLines are the lines that tell the tar script the checks: the
+// kind and the path, a line each, the path as it is, or, when it holds
+// a newline, in printf's octal escapes and the kind in capitals; then an
+// empty line.
+func checkLines(checks []check) string {
+	var b strings.Builder
+	for _, c := range checks {
+		kind, p := c.kind, c.path
+		if strings.Contains(p, "\n") {
+			kind, p = strings.ToUpper(kind), octal(p)
+		}
+		b.WriteString(kind + " " + p + "\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// planted reads the tar stream r and returns the checks that keep its
+// extraction beneath its directory, in the archive's order: each
+// directory entry replaces a symlink in its place, and every parent of
+// an entry that no directory entry before it made must not be a
+// symlink. A link planted between the checks and the extraction is
+// still followed (within the sandbox: tar runs there).
+func planted(r io.Reader) ([]check, error) {
+	tr := tar.NewReader(r)
+	made := map[string]bool{".": true}
+	seen := map[string]bool{}
+	var checks []check
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return checks, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "/"))
+		for i := range len(name) {
+			if name[i] != '/' {
+				continue
+			}
+			if q := name[:i]; !made[q] && !seen[q] {
+				seen[q] = true
+				checks = append(checks, check{"n", q})
+			}
+		}
+		if h.Typeflag == tar.TypeDir && !made[name] {
+			made[name] = true
+			checks = append(checks, check{"r", name})
+		}
+	}
 }
 
 // CopyOut writes path of pod id to w as a tar stream, by tar in an exec
@@ -518,6 +611,8 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 	switch {
 	case why == "missing":
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, fs.ErrNotExist)
+	case strings.HasPrefix(why, "unsafe "):
+		return &unsafeError{why}
 	case complete && code != 0:
 		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, code, strings.TrimSpace(stderr.String()))
 	case complete && s.werr != nil:
@@ -528,6 +623,22 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, ctx.Err())
 	}
 	return s.cut("copy "+op, p, err)
+}
+
+// unsafeError is the tar script's refusal of its check number N, said
+// "unsafe N", which [Driver.tarIn] names.
+type unsafeError struct{ word string }
+
+func (e *unsafeError) Error() string { return "vm: kube: copy in: " + e.word }
+
+// unsafeAt returns the number of the check the tar script refused.
+func unsafeAt(err error) (int, bool) {
+	var u *unsafeError
+	if !errors.As(err, &u) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(strings.TrimPrefix(u.word, "unsafe "))
+	return i, err == nil
 }
 
 func randomHex() string {

@@ -145,7 +145,11 @@ func TestTarScriptMarks(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o644))
 	run := func(t *testing.T, shell []string, op, p string, stdin []byte) (string, string, int) {
 		cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", op, octal(p))...)
-		cmd.Stdin = io.MultiReader(strings.NewReader(mark+"\n"), bytes.NewReader(stdin))
+		head := mark + "\n"
+		if op == "in" {
+			head += checkLines(nil)
+		}
+		cmd.Stdin = io.MultiReader(strings.NewReader(head), bytes.NewReader(stdin))
 		var out, errs lockedBuffer
 		cmd.Stdout, cmd.Stderr = &out, &errs
 		err := cmd.Run()
@@ -296,6 +300,65 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 				assert.Equal(t, c.out+"podvm-exec-feed: end\n", out.String(), c.name)
 				assert.Equal(t, "podvm-exec-feed: exited 0\n", errs.String(), c.name)
 			}
+		})
+	}
+}
+
+// Extraction never goes through a symlink planted under its directory:
+// an entry beneath one is refused before tar runs, said by the number of
+// its check, and a directory entry replaces one in its place.
+func TestTarScriptPlantedLinks(t *testing.T) {
+	const mark = "podvm-tar-feed:"
+	archive := func(dirs []string, files ...string) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, d := range dirs {
+			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}))
+		}
+		for _, f := range files {
+			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f, Mode: 0o644, Size: 1}))
+			_, err := tw.Write([]byte("x"))
+			require.NoError(t, err)
+		}
+		require.NoError(t, tw.Close())
+		return b.Bytes()
+	}
+	for _, shell := range shells(t) {
+		t.Run(shell[len(shell)-1], func(t *testing.T) {
+			top := t.TempDir()
+			dst, out := filepath.Join(top, "dst"), filepath.Join(top, "out")
+			require.NoError(t, os.MkdirAll(filepath.Join(dst, "new\nline"), 0o755))
+			require.NoError(t, os.Mkdir(out, 0o755))
+			for _, l := range []string{"abs", "rel", "-d", "new\nline/l"} {
+				require.NoError(t, os.Symlink(out, filepath.Join(dst, l)))
+			}
+			for _, c := range []struct {
+				name string
+				tar  []byte
+				word string
+			}{
+				{"beneath a link", archive(nil, "ok", "abs/x"), "unsafe 1"},
+				{"deep beneath a link", archive([]string{"a"}, "a/b", "-d/x/y"), "unsafe 2"},
+				{"beneath a link in a newline's directory", archive(nil, "new\nline/l/x"), "unsafe 2"},
+				{"a directory in a link's place", archive([]string{"rel"}, "rel/y"), "exited 0"},
+			} {
+				checks, err := planted(bytes.NewReader(c.tar))
+				require.NoError(t, err)
+				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "in", octal(dst))...)
+				cmd.Stdin = io.MultiReader(strings.NewReader(mark+"\n"+checkLines(checks)), bytes.NewReader(c.tar))
+				var stdout, errs lockedBuffer
+				cmd.Stdout, cmd.Stderr = &stdout, &errs
+				require.NoError(t, cmd.Run(), c.name)
+				assert.Equal(t, mark+" "+c.word+"\n", errs.String(), c.name)
+				entries, err := os.ReadDir(out)
+				require.NoError(t, err)
+				assert.Empty(t, entries, "%s: written through a link", c.name)
+			}
+			fi, err := os.Lstat(filepath.Join(dst, "rel"))
+			require.NoError(t, err)
+			assert.True(t, fi.IsDir(), "the link in a directory entry's place stays")
+			_, err = os.Stat(filepath.Join(dst, "rel", "y"))
+			assert.NoError(t, err)
 		})
 	}
 }
