@@ -154,9 +154,11 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bo
 	if err != nil {
 		return 0, false, err
 	}
-	err = s.stream(ctx, ex)
+	err = s.stream(ctx, ex, p.Stop)
 	code, why, complete := s.result()
 	switch {
+	case s.wasStopped():
+		return 0, true, fmt.Errorf("vm: kube: exec in %s: %w", id, ctx.Err())
 	case why != "":
 		return 0, false, startError(p.Argv[0], p.Workdir, why)
 	case complete && s.werr != nil:
@@ -229,9 +231,10 @@ type marked struct {
 	both      chan struct{} // closed once both marks are in
 	werr      error         // the first failure of an output writer, once streamed
 
-	mu    sync.Mutex
-	ended bool   // stdout's mark
-	word  string // stderr's mark's word: "exited STATUS", or why not
+	mu      sync.Mutex
+	ended   bool   // stdout's mark
+	word    string // stderr's mark's word: "exited STATUS", or why not
+	stopped bool   // ctx ended before the marks, and the command was stopped
 }
 
 func newMarked(prefix string, in io.Reader, stdout, stderr io.Writer) *marked {
@@ -272,26 +275,55 @@ func (s *marked) saw(out bool) func(string) {
 }
 
 // stream runs the session to its end, or to markGrace after both marks.
-func (s *marked) stream(ctx context.Context, ex remotecommand.Executor) error {
-	sctx, cancel := context.WithCancel(ctx)
+// When ctx ends before the marks, it cuts the session at once, unless
+// stop is set: then it calls stop, which kills the command, and lets the
+// session drain to its marks, stopDrain at most, so that what the
+// command printed before it was stopped, still on its way, arrives
+// (stopped then reports it).
+func (s *marked) stream(ctx context.Context, ex remotecommand.Executor, stop func()) error {
+	parent, ended := ctx, (<-chan struct{})(nil)
+	if stop != nil {
+		parent, ended = context.WithoutCancel(ctx), ctx.Done()
+	}
+	sctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: s.stdin, Stdout: s.out, Stderr: s.errs})
 	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-s.both:
+	both := s.both
+	var grace <-chan time.Time
+	for {
 		select {
-		case err = <-done:
-		case <-time.After(markGrace):
-			cancel() // everything is in; a background child holds the pipes
+		case err := <-done:
+			s.stop()
+			return err
+		case <-both:
+			both, ended = nil, nil
+			grace = time.After(markGrace)
+		case <-ended:
+			ended = nil
+			select {
+			case <-both:
+				continue // the marks were in first: not stopped
+			default:
+			}
+			s.mu.Lock()
+			s.stopped = true
+			s.mu.Unlock()
+			stop()
+			grace = time.After(stopDrain)
+		case <-grace:
+			cancel() // everything is in, or the drain took too long
+			s.stop()
+			return nil
 		}
 	}
-	s.stop()
-	return err
 }
+
+// stopDrain bounds how long a session may take to bring its marks
+// once its command was stopped. A variable for the tests.
+var stopDrain = time.Second
 
 // stop drops what is written from now on (the caller reads its writers
 // once the call returned), passes on what the filters held, and ends the
@@ -302,6 +334,14 @@ func (s *marked) stop() {
 		f.shut()
 	}
 	s.werr = cmp.Or(s.out.err, s.errs.err)
+}
+
+// wasStopped reports that ctx ended before the marks and the command
+// was stopped.
+func (s *marked) wasStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 // result returns the script's status and its word when it was not
@@ -606,7 +646,7 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 	if err != nil {
 		return err
 	}
-	err = s.stream(ctx, ex)
+	err = s.stream(ctx, ex, nil)
 	code, why, complete := s.result()
 	switch {
 	case why == "missing":

@@ -218,7 +218,7 @@ func TestMarkedGrace(t *testing.T) {
 	var out bytes.Buffer
 	s := newMarked("podvm-test-", nil, &out, io.Discard)
 	start := time.Now()
-	_ = s.stream(context.Background(), fakeSession{out: "data"})
+	_ = s.stream(context.Background(), fakeSession{out: "data"}, nil)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	code, why, complete := s.result()
 	assert.True(t, complete)
@@ -359,6 +359,64 @@ func TestTarScriptPlantedLinks(t *testing.T) {
 			assert.True(t, fi.IsDir(), "the link in a directory entry's place stays")
 			_, err = os.Stat(filepath.Join(dst, "rel", "y"))
 			assert.NoError(t, err)
+		})
+	}
+}
+
+// stoppable writes early, then, once the command is stopped, what the
+// command printed before it that was still on its way (late), and the
+// marks of a killed command; it ends when cut or when its stdin ends.
+type stoppable struct{ killed chan struct{} }
+
+func (f stoppable) Stream(remotecommand.StreamOptions) error { panic("not used") }
+
+func (f stoppable) StreamWithContext(ctx context.Context, so remotecommand.StreamOptions) error {
+	r := bufio.NewReader(so.Stdin)
+	mark, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	mark = strings.TrimSuffix(mark, "\n")
+	fmt.Fprint(so.Stdout, "early ")
+	select {
+	case <-f.killed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	fmt.Fprintf(so.Stdout, "late%s end\n", mark)
+	fmt.Fprintf(so.Stderr, "%s exited 137\n", mark)
+	_, _ = io.Copy(io.Discard, r) // the hold, until the driver ends it
+	return nil
+}
+
+// When ctx ends before the marks and the caller can stop the command,
+// the session drains to its marks: what was on its way arrives. Without
+// a stop, it is cut at once.
+func TestMarkedStop(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		stop    bool
+		out     string
+		stopped bool
+	}{
+		{"stop, then drain", true, "early late", true},
+		{"no stop: cut", false, "early ", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := stoppable{killed: make(chan struct{})}
+			var out lockedBuffer
+			s := newMarked("podvm-test-", nil, &out, io.Discard)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			var stop func()
+			if c.stop {
+				stop = func() { close(f.killed) }
+			}
+			start := time.Now()
+			_ = s.stream(ctx, f, stop)
+			assert.Less(t, time.Since(start), stopDrain)
+			assert.Equal(t, c.out, out.String())
+			assert.Equal(t, c.stopped, s.wasStopped())
 		})
 	}
 }
