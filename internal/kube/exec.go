@@ -550,8 +550,8 @@ func checkLines(checks []check) string {
 // planted reads the tar stream r and returns the checks that keep its
 // extraction beneath its directory, in the archive's order: each
 // directory entry replaces a symlink in its place, and every parent of
-// an entry that no directory entry before it made must not be a
-// symlink. A link planted between the checks and the extraction is
+// an entry (and of a hard link's target) that no directory entry before
+// it made must not be a symlink. A link planted between the checks and the extraction is
 // still followed (within the sandbox: tar runs there).
 func planted(r io.Reader) ([]check, error) {
 	tr := tar.NewReader(r)
@@ -567,13 +567,16 @@ func planted(r io.Reader) ([]check, error) {
 			return nil, err
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "/"))
-		for i := range len(name) {
-			if name[i] != '/' {
-				continue
-			}
-			if q := name[:i]; !made[q] && !seen[q] {
-				seen[q] = true
-				checks = append(checks, check{"n", q})
+		names := []string{name}
+		if h.Typeflag == tar.TypeLink { // its target is reached by its path too
+			names = append(names, path.Clean(strings.TrimPrefix(h.Linkname, "/")))
+		}
+		for _, n := range names {
+			for i := range len(n) {
+				if q := n[:i]; n[i] == '/' && !made[q] && !seen[q] {
+					seen[q] = true
+					checks = append(checks, check{"n", q})
+				}
 			}
 		}
 		if h.Typeflag == tar.TypeDir && !made[name] {

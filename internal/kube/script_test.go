@@ -323,6 +323,13 @@ func TestTarScriptPlantedLinks(t *testing.T) {
 		require.NoError(t, tw.Close())
 		return b.Bytes()
 	}
+	hardLink := func(name, target string) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target}))
+		require.NoError(t, tw.Close())
+		return b.Bytes()
+	}
 	for _, shell := range shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
 			top := t.TempDir()
@@ -340,6 +347,7 @@ func TestTarScriptPlantedLinks(t *testing.T) {
 				{"beneath a link", archive(nil, "ok", "abs/x"), "unsafe 1"},
 				{"deep beneath a link", archive([]string{"a"}, "a/b", "-d/x/y"), "unsafe 2"},
 				{"beneath a link in a newline's directory", archive(nil, "new\nline/l/x"), "unsafe 2"},
+				{"a hard link to a file beneath a link", hardLink("h", "abs/f"), "unsafe 1"},
 				{"a directory in a link's place", archive([]string{"rel"}, "rel/y"), "exited 0"},
 			} {
 				checks, err := planted(bytes.NewReader(c.tar))
