@@ -29,7 +29,8 @@ var ErrInvalidPath = errors.New("vm: invalid sandbox path")
 // that code in the sandbox planted under dir fails the copy with
 // [ErrUnsafeArchive] too. With [Config.PodmanExec], Podman extracts
 // inside the sandbox's root, and such a symlink is followed, within the
-// sandbox, never onto the host. A dir that does not exist matches
+// sandbox, never onto the host (the kube backend's exec path refuses it
+// as the agent does; see package vm/kube). A dir that does not exist matches
 // [fs.ErrNotExist]; one that is not a directory is an error.
 func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	dir, st, err := s.at("copy into", dir)

@@ -22,7 +22,10 @@ import (
 // KillGrace bounds how long past its timeout, or its context's end, a
 // stopped Run may take to return: the kill of its processes inside the
 // sandbox, retried while a fork bomb holds every slot of the pids limit,
-// must finish within it, or Run reports that it did not.
+// must finish within it, or Run reports that it did not. Then the
+// output the command printed before it was stopped, still on its way,
+// is handed to the writers, a second at most (a slow live writer holds
+// it), so that the partial Result holds it.
 const KillGrace = 5 * time.Second
 
 // killScript kills every process whose environment holds the marker $1

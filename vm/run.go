@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -91,6 +92,17 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		Stdout:  stdout,
 		Stderr:  io.MultiWriter(stderr, sniff),
 	}
+	// The kill, once: a driver that drains the session after a stop
+	// (the kube exec path) calls it before it returns.
+	var kill struct {
+		once sync.Once
+		err  error
+	}
+	stopRun := func() error {
+		kill.once.Do(func() { kill.err = s.kill(ctx, st.id, p.User, marker, cmd.Name) })
+		return kill.err
+	}
+	p.Stop = func() { _ = stopRun() }
 	var stdin *errReader
 	if cmd.Stdin != nil {
 		stdin = &errReader{r: cmd.Stdin}
@@ -103,7 +115,7 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 			return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 		}
 		// The command may be running.
-		killErr := s.kill(ctx, st.id, p.User, marker, cmd.Name)
+		killErr := stopRun()
 		res := result(stdout, stderr, -1, start)
 		res.TimedOut = stop != nil
 		if stop == nil {

@@ -37,6 +37,11 @@ var (
 // agent's report that every process of the run is dead.
 const KillWait = 5 * time.Second
 
+// StopDrain bounds how long Run, once the agent reported a stopped run
+// dead, takes to hand the caller's Writers what arrived before the
+// report (a slow Writer holds it); what is left then is dropped.
+const StopDrain = time.Second
+
 // Request is one command for the agent to run.
 type Request struct {
 	// Argv is the command and its arguments; Argv[0] is looked up in the
@@ -419,7 +424,8 @@ func (s *outStream) deliver() {
 // behind when it exits.
 //
 // When ctx ends first, Run asks the agent to kill the run, waits up to
-// [KillWait] for its report, and returns the partial Exit with ctx's
+// [KillWait] for its report, hands the Writers what arrived before it
+// ([StopDrain] at most), and returns the partial Exit with ctx's
 // error (joined with [ErrNotKilled] when the report says something
 // survived or never came). Start failures wrap [exec.ErrNotFound],
 // [exec.ErrPermission], [exec.ErrDirNotFound] or [ErrUnknownUser]; a
@@ -493,7 +499,7 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 		r.leave()
 		return unknown, errors.Join(ctxErr, c.err)
 	}
-	if ctxErr != nil {
+	if ctxErr != nil && !r.delivered(StopDrain) {
 		r.leave()
 	}
 	<-r.out[0].done
@@ -501,6 +507,22 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 	ex, err := r.result(ctxErr)
 	ex.Started, ex.Reported = true, true
 	return ex, err
+}
+
+// delivered waits, d at most, for the delivery goroutines to hand the
+// caller's Writers all that arrived for the run, and reports whether
+// they did.
+func (r *clientRun) delivered(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for i := range r.out {
+		select {
+		case <-r.out[i].done:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
 }
 
 // leave drops what the agent still sends for the run, the caller having

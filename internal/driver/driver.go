@@ -43,7 +43,10 @@ type Driver interface {
 	// its exit status once the output is drained and the session ended.
 	// started reports that the session began (the command may have run).
 	// When ctx ends first it returns promptly, leaving what runs to the
-	// caller's kill. The status is Podman's as it is: [StartFailure] tells
+	// caller's kill, or, when p.Stop is set and the driver would drop
+	// output still on its way if it cut the session then, calls p.Stop
+	// and lets the session drain, a short while at most, before it
+	// returns. The status is Podman's as it is: [StartFailure] tells
 	// Podman's own failure to start the command from the command's exit.
 	Exec(ctx context.Context, id string, p Process) (code int, started bool, err error)
 	// CopyIn extracts the tar stream r into directory dir of container
@@ -106,6 +109,10 @@ type Process struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
+	// Stop, when set, kills what the command started in the container
+	// (the caller's kill, done once however often it is called): see
+	// [Driver.Exec].
+	Stop func()
 }
 
 // Container is a sandbox as [Driver.List] finds it: its ID, labels and

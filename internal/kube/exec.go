@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/targuard"
 )
 
 // This file is the exec path: a command as an exec session of the pod's
@@ -85,7 +87,11 @@ podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2
 // its stderr mark says why (env, dir, notfound, perm). The user's
 // variables live in the subshell alone, so they cannot change the
 // script's own (whose names, podvm_*, [Driver.Exec] refuses) or its
-// PATH. While the command runs, the script's own stderr is /dev/null (the
+// PATH. No DIR or ARGV[0] is read as an option by sh, cd or exec: a
+// relative DIR is given as ./DIR, and a command
+// named "-..." is exec'd by the path found for it, which is then its
+// argv[0] (the exec of bash and busybox takes options, dash's no "--").
+// While the command runs, the script's own stderr is /dev/null (the
 // command has the session's, which fd 3 saved): a shell reports a child
 // killed by a signal there ("Killed"), and a failed fork. It is POSIX sh:
 // busybox's ash, dash, bash.
@@ -101,10 +107,13 @@ podvm_run() (
      IFS=$podvm_o; set +f
      [ -n "$podvm_f" ] || podvm_no notfound ;;
   esac
+  case $podvm_f in -*) podvm_f=./$podvm_f ;; esac
   [ -e "$podvm_f" ] || podvm_no notfound
   [ -d "$podvm_f" ] || [ ! -x "$podvm_f" ] && podvm_no perm
+  case $1 in -*) shift; set -- "$podvm_f" "$@" ;; esac
   exec "$@" 2>&3 3>&-
 )
+case $podvm_d in ''|/*) ;; *) podvm_d=./$podvm_d ;; esac
 if [ -n "$podvm_d" ]; then cd "$podvm_d" 2>/dev/null || podvm_end dir; fi
 exec 3>&2 2>/dev/null
 if [ -n "$podvm_i" ]; then podvm_run "$@"; else podvm_run "$@" </dev/null; fi
@@ -145,9 +154,11 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bo
 	if err != nil {
 		return 0, false, err
 	}
-	err = s.stream(ctx, ex)
+	err = s.stream(ctx, ex, p.Stop)
 	code, why, complete := s.result()
 	switch {
+	case s.wasStopped():
+		return 0, true, fmt.Errorf("vm: kube: exec in %s: %w", id, ctx.Err())
 	case why != "":
 		return 0, false, startError(p.Argv[0], p.Workdir, why)
 	case complete && s.werr != nil:
@@ -220,9 +231,10 @@ type marked struct {
 	both      chan struct{} // closed once both marks are in
 	werr      error         // the first failure of an output writer, once streamed
 
-	mu    sync.Mutex
-	ended bool   // stdout's mark
-	word  string // stderr's mark's word: "exited STATUS", or why not
+	mu      sync.Mutex
+	ended   bool   // stdout's mark
+	word    string // stderr's mark's word: "exited STATUS", or why not
+	stopped bool   // ctx ended before the marks, and the command was stopped
 }
 
 func newMarked(prefix string, in io.Reader, stdout, stderr io.Writer) *marked {
@@ -263,26 +275,55 @@ func (s *marked) saw(out bool) func(string) {
 }
 
 // stream runs the session to its end, or to markGrace after both marks.
-func (s *marked) stream(ctx context.Context, ex remotecommand.Executor) error {
-	sctx, cancel := context.WithCancel(ctx)
+// When ctx ends before the marks, it cuts the session at once, unless
+// stop is set: then it calls stop, which kills the command, and lets the
+// session drain to its marks, stopDrain at most, so that what the
+// command printed before it was stopped, still on its way, arrives
+// (stopped then reports it).
+func (s *marked) stream(ctx context.Context, ex remotecommand.Executor, stop func()) error {
+	parent, ended := ctx, (<-chan struct{})(nil)
+	if stop != nil {
+		parent, ended = context.WithoutCancel(ctx), ctx.Done()
+	}
+	sctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: s.stdin, Stdout: s.out, Stderr: s.errs})
 	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-s.both:
+	both := s.both
+	var grace <-chan time.Time
+	for {
 		select {
-		case err = <-done:
-		case <-time.After(markGrace):
-			cancel() // everything is in; a background child holds the pipes
+		case err := <-done:
+			s.stop()
+			return err
+		case <-both:
+			both, ended = nil, nil
+			grace = time.After(markGrace)
+		case <-ended:
+			ended = nil
+			select {
+			case <-both:
+				continue // the marks were in first: not stopped
+			default:
+			}
+			s.mu.Lock()
+			s.stopped = true
+			s.mu.Unlock()
+			stop()
+			grace = time.After(stopDrain)
+		case <-grace:
+			cancel() // everything is in, or the drain took too long
+			s.stop()
+			return nil
 		}
 	}
-	s.stop()
-	return err
 }
+
+// stopDrain bounds how long a session may take to bring its marks
+// once its command was stopped. A variable for the tests.
+var stopDrain = time.Second
 
 // stop drops what is written from now on (the caller reads its writers
 // once the call returned), passes on what the filters held, and ends the
@@ -293,6 +334,14 @@ func (s *marked) stop() {
 		f.shut()
 	}
 	s.werr = cmp.Or(s.out.err, s.errs.err)
+}
+
+// wasStopped reports that ctx ended before the marks and the command
+// was stopped.
+func (s *marked) wasStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 // result returns the script's status and its word when it was not
@@ -407,7 +456,9 @@ func orDiscard(w io.Writer) io.Writer {
 // extracts stdin into DIR; `... out PATH` archives PATH, named after its
 // base name, following PATH itself when it is a symlink (a link to a
 // directory is archived from inside, as "./…", which [renameDot] names
-// after PATH). DIR and PATH come as printf octal escapes (octal): any
+// after PATH). tar gets the base name after "--", so a name that begins
+// with "-" is never one of its options (busybox and GNU tar alike). DIR
+// and PATH come as printf octal escapes (octal): any
 // byte reaches the script, where the exec API's argv, carried by gRPC
 // strings, takes UTF-8 only. MARK is the first line of stdin, and the
 // script ends with the marks, as execScript does: its stderr's word is
@@ -417,12 +468,20 @@ func orDiscard(w io.Writer) io.Writer {
 // was given to be taken).
 const tarScript = marksPrelude + `op=$1 p=$(printf "$2"; echo x); p=${p%x}
 case $op in
-in) cd "$p" 2>/dev/null || podvm_end missing; tar -x -f - ;;
+in) cd "$p" 2>/dev/null || podvm_end missing
+   podvm_i=0
+   while IFS= read -r l && [ -n "$l" ]; do
+     q=${l#??}; podvm_i=$((podvm_i+1))
+     case $l in [NR]*) q=$(printf "$q"; echo x); q=${q%x} ;; esac
+     [ -L "./$q" ] || continue
+     case $l in [nN]*) podvm_end "unsafe $podvm_i" ;; *) rm -f "./$q" || podvm_end "unsafe $podvm_i" ;; esac
+   done
+   tar -x -f - ;;
 out) [ -e "$p" ] || [ -L "$p" ] || podvm_end missing
    if [ "$p" = / ]; then cd / && tar -c -f - .
    elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
    else d=${p%/*}; cd "${d:-/}" || podvm_end missing
-     if [ -L "$p" ]; then tar -c -h -f - "${p##*/}"; else tar -c -f - "${p##*/}"; fi
+     if [ -L "$p" ]; then tar -c -h -f - -- "${p##*/}"; else tar -c -f - -- "${p##*/}"; fi
    fi ;;
 esac
 podvm_end "exited $?"`
@@ -436,9 +495,95 @@ func octal(s string) string {
 	return b.String()
 }
 
-// tarIn is CopyIn after start: tar in an exec session.
+// tarIn is CopyIn after start: tar in an exec session. The archive is
+// spooled to a temporary file of the host first, removed when tarIn
+// returns, so that the script can be told, before the archive, which of
+// the paths it is about to extract through must not be symlinks
+// ([planted]).
 func (d *Driver) tarIn(ctx context.Context, id, dir string, r io.Reader) error {
-	return d.tar(ctx, id, "in", dir, r, nil)
+	f, err := os.CreateTemp("", "podvm-kube-in-")
+	if err != nil {
+		return fmt.Errorf("vm: kube: copy in %s: spooling the archive: %w", dir, err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	checks, err := planted(io.TeeReader(r, f))
+	if err == nil {
+		_, err = io.Copy(f, r) // what follows the archive's end
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return fmt.Errorf("vm: kube: copy in %s: %w", dir, err)
+	}
+	err = d.tar(ctx, id, "in", dir, io.MultiReader(strings.NewReader(checkLines(checks)), f), nil)
+	if i, ok := unsafeAt(err); ok && i > 0 && i <= len(checks) {
+		return fmt.Errorf("%w %q: a symlink the sandbox planted under %s, which the copy would follow", targuard.ErrUnsafe, checks[i-1].path, dir)
+	}
+	return err
+}
+
+// check is a path the tar script looks at before it extracts: kind "n"
+// when it must not be a symlink (an entry would be extracted through
+// it), "r" when a symlink there is removed (a directory entry takes its
+// place, as the agent's copies do).
+type check struct{ kind, path string }
+
+// checkLines are the lines that tell the tar script the checks: the
+// kind and the path, a line each, the path as it is, or, when it holds
+// a newline, in printf's octal escapes and the kind in capitals; then an
+// empty line.
+func checkLines(checks []check) string {
+	var b strings.Builder
+	for _, c := range checks {
+		kind, p := c.kind, c.path
+		if strings.Contains(p, "\n") {
+			kind, p = strings.ToUpper(kind), octal(p)
+		}
+		b.WriteString(kind + " " + p + "\n")
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// planted reads the tar stream r and returns the checks that keep its
+// extraction beneath its directory, in the archive's order: each
+// directory entry replaces a symlink in its place, and every parent of
+// an entry (and of a hard link's target) that no directory entry before
+// it made must not be a symlink. A link planted between the checks and the extraction is
+// still followed (within the sandbox: tar runs there).
+func planted(r io.Reader) ([]check, error) {
+	tr := tar.NewReader(r)
+	made := map[string]bool{".": true}
+	seen := map[string]bool{}
+	var checks []check
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return checks, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "/"))
+		names := []string{name}
+		if h.Typeflag == tar.TypeLink { // its target is reached by its path too
+			names = append(names, path.Clean(strings.TrimPrefix(h.Linkname, "/")))
+		}
+		for _, n := range names {
+			for i := range len(n) {
+				if q := n[:i]; n[i] == '/' && !made[q] && !seen[q] {
+					seen[q] = true
+					checks = append(checks, check{"n", q})
+				}
+			}
+		}
+		if h.Typeflag == tar.TypeDir && !made[name] {
+			made[name] = true
+			checks = append(checks, check{"r", name})
+		}
+	}
 }
 
 // CopyOut writes path of pod id to w as a tar stream, by tar in an exec
@@ -504,11 +649,13 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 	if err != nil {
 		return err
 	}
-	err = s.stream(ctx, ex)
+	err = s.stream(ctx, ex, nil)
 	code, why, complete := s.result()
 	switch {
 	case why == "missing":
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, fs.ErrNotExist)
+	case strings.HasPrefix(why, "unsafe "):
+		return &unsafeError{why}
 	case complete && code != 0:
 		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, code, strings.TrimSpace(stderr.String()))
 	case complete && s.werr != nil:
@@ -519,6 +666,22 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, ctx.Err())
 	}
 	return s.cut("copy "+op, p, err)
+}
+
+// unsafeError is the tar script's refusal of its check number N, said
+// "unsafe N", which [Driver.tarIn] names.
+type unsafeError struct{ word string }
+
+func (e *unsafeError) Error() string { return "vm: kube: copy in: " + e.word }
+
+// unsafeAt returns the number of the check the tar script refused.
+func unsafeAt(err error) (int, bool) {
+	var u *unsafeError
+	if !errors.As(err, &u) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(strings.TrimPrefix(u.word, "unsafe "))
+	return i, err == nil
 }
 
 func randomHex() string {

@@ -145,7 +145,11 @@ func TestTarScriptMarks(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o644))
 	run := func(t *testing.T, shell []string, op, p string, stdin []byte) (string, string, int) {
 		cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", op, octal(p))...)
-		cmd.Stdin = io.MultiReader(strings.NewReader(mark+"\n"), bytes.NewReader(stdin))
+		head := mark + "\n"
+		if op == "in" {
+			head += checkLines(nil)
+		}
+		cmd.Stdin = io.MultiReader(strings.NewReader(head), bytes.NewReader(stdin))
 		var out, errs lockedBuffer
 		cmd.Stdout, cmd.Stderr = &out, &errs
 		err := cmd.Run()
@@ -214,7 +218,7 @@ func TestMarkedGrace(t *testing.T) {
 	var out bytes.Buffer
 	s := newMarked("podvm-test-", nil, &out, io.Discard)
 	start := time.Now()
-	_ = s.stream(context.Background(), fakeSession{out: "data"})
+	_ = s.stream(context.Background(), fakeSession{out: "data"}, nil)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	code, why, complete := s.result()
 	assert.True(t, complete)
@@ -231,5 +235,196 @@ func TestUnsettable(t *testing.T) {
 		"podvm_m": false, "UID": false, "PPID": false, "SHELLOPTS": false,
 	} {
 		assert.Equal(t, ok, unsettable(name) == "", "%q: %s", name, unsettable(name))
+	}
+}
+
+// No name the scripts are given is read as an option: a file named
+// "-dash", "--", "-" alone, a directory or a command beginning with "-".
+func TestScriptsTakeNoNameAsOption(t *testing.T) {
+	const mark = "podvm-tar-feed:"
+	dir := t.TempDir()
+	names := []string{"-dash", "--", "-", "-rf"}
+	for _, n := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, n), []byte("data "+n), 0o644))
+	}
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "-d"), 0o755))
+	prog := filepath.Join(dir, "-d", "-prog")
+	require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\necho \"prog $*\"\n"), 0o755))
+	for _, shell := range shells(t) {
+		t.Run(shell[len(shell)-1], func(t *testing.T) {
+			for _, n := range names {
+				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "out", octal(filepath.Join(dir, n)))...)
+				cmd.Stdin = strings.NewReader(mark + "\n")
+				var out, errs lockedBuffer
+				cmd.Stdout, cmd.Stderr = &out, &errs
+				require.NoError(t, cmd.Run())
+				require.Equal(t, mark+" exited 0\n", errs.String(), "tar out %q", n)
+				tr := tar.NewReader(strings.NewReader(out.String()))
+				h, err := tr.Next()
+				require.NoError(t, err)
+				assert.Equal(t, n, h.Name)
+				got, _ := io.ReadAll(tr)
+				assert.Equal(t, "data "+n, string(got))
+			}
+			for _, c := range []struct {
+				name, dir string
+				argv      []string
+				out       string
+			}{
+				{"a dir -d", "-d", []string{"sh", "-c", "pwd"}, filepath.Join(dir, "-d") + "\n"},
+				{"a dir -", "-", []string{"sh", "-c", "pwd"}, dir + "\n"},
+				{"a command -prog in PATH", "", []string{"-prog", "-x"}, "prog -x\n"},
+				{"a command -d/-prog", "", []string{"-d/-prog", "--"}, "prog --\n"},
+			} {
+				args := []string{"-c", execScript, "podvm-exec", c.dir, "1", "", "PATH=" + filepath.Join(dir, "-d") + ":/usr/bin:/bin"}
+				cmd := osexec.Command(shell[0], append(shell[1:], append(args, c.argv...)...)...)
+				cmd.Dir = dir
+				if c.dir == "-" { // "-" is a file here: make it a directory
+					cmd.Dir = filepath.Join(dir, "-d")
+					c.out = filepath.Join(dir, "-d", "-") + "\n"
+					require.NoError(t, os.MkdirAll(filepath.Join(cmd.Dir, "-"), 0o755))
+				}
+				stdin, err := cmd.StdinPipe()
+				require.NoError(t, err)
+				var out, errs lockedBuffer
+				cmd.Stdout, cmd.Stderr = &out, &errs
+				require.NoError(t, cmd.Start())
+				_, _ = io.WriteString(stdin, "podvm-exec-feed:\n")
+				deadline := time.Now().Add(10 * time.Second)
+				for !strings.Contains(errs.String(), "podvm-exec-feed:") {
+					require.True(t, time.Now().Before(deadline), "%s: no marks: %q %q", c.name, out.String(), errs.String())
+					time.Sleep(5 * time.Millisecond)
+				}
+				stdin.Close()
+				_ = cmd.Wait()
+				assert.Equal(t, c.out+"podvm-exec-feed: end\n", out.String(), c.name)
+				assert.Equal(t, "podvm-exec-feed: exited 0\n", errs.String(), c.name)
+			}
+		})
+	}
+}
+
+// Extraction never goes through a symlink planted under its directory:
+// an entry beneath one is refused before tar runs, said by the number of
+// its check, and a directory entry replaces one in its place.
+func TestTarScriptPlantedLinks(t *testing.T) {
+	const mark = "podvm-tar-feed:"
+	archive := func(dirs []string, files ...string) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for _, d := range dirs {
+			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}))
+		}
+		for _, f := range files {
+			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f, Mode: 0o644, Size: 1}))
+			_, err := tw.Write([]byte("x"))
+			require.NoError(t, err)
+		}
+		require.NoError(t, tw.Close())
+		return b.Bytes()
+	}
+	hardLink := func(name, target string) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target}))
+		require.NoError(t, tw.Close())
+		return b.Bytes()
+	}
+	for _, shell := range shells(t) {
+		t.Run(shell[len(shell)-1], func(t *testing.T) {
+			top := t.TempDir()
+			dst, out := filepath.Join(top, "dst"), filepath.Join(top, "out")
+			require.NoError(t, os.MkdirAll(filepath.Join(dst, "new\nline"), 0o755))
+			require.NoError(t, os.Mkdir(out, 0o755))
+			for _, l := range []string{"abs", "rel", "-d", "new\nline/l"} {
+				require.NoError(t, os.Symlink(out, filepath.Join(dst, l)))
+			}
+			for _, c := range []struct {
+				name string
+				tar  []byte
+				word string
+			}{
+				{"beneath a link", archive(nil, "ok", "abs/x"), "unsafe 1"},
+				{"deep beneath a link", archive([]string{"a"}, "a/b", "-d/x/y"), "unsafe 2"},
+				{"beneath a link in a newline's directory", archive(nil, "new\nline/l/x"), "unsafe 2"},
+				{"a hard link to a file beneath a link", hardLink("h", "abs/f"), "unsafe 1"},
+				{"a directory in a link's place", archive([]string{"rel"}, "rel/y"), "exited 0"},
+			} {
+				checks, err := planted(bytes.NewReader(c.tar))
+				require.NoError(t, err)
+				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "in", octal(dst))...)
+				cmd.Stdin = io.MultiReader(strings.NewReader(mark+"\n"+checkLines(checks)), bytes.NewReader(c.tar))
+				var stdout, errs lockedBuffer
+				cmd.Stdout, cmd.Stderr = &stdout, &errs
+				require.NoError(t, cmd.Run(), c.name)
+				assert.Equal(t, mark+" "+c.word+"\n", errs.String(), c.name)
+				entries, err := os.ReadDir(out)
+				require.NoError(t, err)
+				assert.Empty(t, entries, "%s: written through a link", c.name)
+			}
+			fi, err := os.Lstat(filepath.Join(dst, "rel"))
+			require.NoError(t, err)
+			assert.True(t, fi.IsDir(), "the link in a directory entry's place stays")
+			_, err = os.Stat(filepath.Join(dst, "rel", "y"))
+			assert.NoError(t, err)
+		})
+	}
+}
+
+// stoppable writes early, then, once the command is stopped, what the
+// command printed before it that was still on its way (late), and the
+// marks of a killed command; it ends when cut or when its stdin ends.
+type stoppable struct{ killed chan struct{} }
+
+func (f stoppable) Stream(remotecommand.StreamOptions) error { panic("not used") }
+
+func (f stoppable) StreamWithContext(ctx context.Context, so remotecommand.StreamOptions) error {
+	r := bufio.NewReader(so.Stdin)
+	mark, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	mark = strings.TrimSuffix(mark, "\n")
+	fmt.Fprint(so.Stdout, "early ")
+	select {
+	case <-f.killed:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	fmt.Fprintf(so.Stdout, "late%s end\n", mark)
+	fmt.Fprintf(so.Stderr, "%s exited 137\n", mark)
+	_, _ = io.Copy(io.Discard, r) // the hold, until the driver ends it
+	return nil
+}
+
+// When ctx ends before the marks and the caller can stop the command,
+// the session drains to its marks: what was on its way arrives. Without
+// a stop, it is cut at once.
+func TestMarkedStop(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		stop    bool
+		out     string
+		stopped bool
+	}{
+		{"stop, then drain", true, "early late", true},
+		{"no stop: cut", false, "early ", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := stoppable{killed: make(chan struct{})}
+			var out lockedBuffer
+			s := newMarked("podvm-test-", nil, &out, io.Discard)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			var stop func()
+			if c.stop {
+				stop = func() { close(f.killed) }
+			}
+			start := time.Now()
+			_ = s.stream(ctx, f, stop)
+			assert.Less(t, time.Since(start), stopDrain)
+			assert.Equal(t, c.out, out.String())
+			assert.Equal(t, c.stopped, s.wasStopped())
+		})
 	}
 }

@@ -22,6 +22,10 @@ const (
 	notSeenGrace = 10 * time.Second
 )
 
+// StopDrain bounds how long [Client.Exec] drains a stream once its
+// process was stopped.
+const StopDrain = time.Second
+
 // Exec runs one exec session in container id to its end: it creates and
 // starts the session on a connection of its own, demultiplexes its
 // stream into stdout and stderr as it arrives, copies stdin (when not
@@ -42,8 +46,11 @@ const (
 // [*Error] saying so (see lostOutput), never the status alone. Exec does not wait for a
 // stdin whose Read blocks once the session has ended. It returns ctx's
 // error when ctx ends first, closing the stream, and an [*Error] when
-// the stream fails otherwise (the connection was dropped).
-func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration) (int, string, error) {
+// the stream fails otherwise (the connection was dropped). When stop is
+// not nil, a ctx that ends first calls it (it kills the process), and the
+// stream is drained, [StopDrain] at most, before it is closed: what the
+// process wrote before it was stopped, still on its way, arrives.
+func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.Reader, stdout, stderr io.Writer, grace time.Duration, stop func()) (int, string, error) {
 	execID, err := c.ExecCreate(ctx, id, cfg)
 	if err != nil {
 		return -1, "", err
@@ -71,7 +78,7 @@ func (c *Client) Exec(ctx context.Context, id string, cfg ExecConfig, stdin io.R
 			s.CloseWrite()
 		}()
 	}
-	code, err := c.finish(ctx, ss, grace)
+	code, err := c.finish(ctx, ss, grace, stop)
 	s.Close()
 	<-ss.done
 	if err == nil && ss.cut.Load() {
@@ -139,7 +146,7 @@ func (d dropAttachReset) Write(p []byte) (int, error) {
 
 // finish waits for the session's end and returns its exit status: first
 // the stream's end, then the session's inspect, until it no longer runs.
-func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration) (int, error) {
+func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration, stop func()) (int, error) {
 	every := pollFirst
 	poll := time.NewTimer(every)
 	defer poll.Stop()
@@ -164,6 +171,13 @@ func (c *Client) finish(ctx context.Context, ss *session, grace time.Duration) (
 			}
 			drained = true // the process is gone; what holds its stream is not waited for
 		case <-ctx.Done():
+			if stop != nil {
+				stop()
+				select {
+				case <-ss.done:
+				case <-time.After(StopDrain):
+				}
+			}
 			return -1, ctx.Err()
 		case <-poll.C:
 			st, err := c.ExecInspect(ctx, ss.id)

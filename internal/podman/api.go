@@ -163,8 +163,10 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 }
 
 // Exec runs p in an exec session streamed on a connection of its own
-// (see [libpod.Client.Exec]). When ctx ends, the stream is closed and, on
-// services that can (Podman 4.8 and later), the session force-removed.
+// (see [libpod.Client.Exec]). When ctx ends, p.Stop (when set) kills
+// the command and the stream is drained, a second at most, then closed
+// and, on services that can (Podman 4.8 and later), the session
+// force-removed.
 func (a API) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
 	code, execID, err := a.c.Exec(ctx, id, libpod.ExecConfig{
 		Cmd:          p.Argv,
@@ -174,7 +176,7 @@ func (a API) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 		AttachStdin:  p.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-	}, p.Stdin, p.Stdout, p.Stderr, exec.DefaultKillGrace) // the host executor's grace for its pipes
+	}, p.Stdin, p.Stdout, p.Stderr, exec.DefaultKillGrace, p.Stop) // the host executor's grace for its pipes
 	if err != nil {
 		if ctx.Err() != nil && execID != "" && a.c.CanRemoveExec() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execRemoveTimeout)

@@ -241,6 +241,10 @@ func (h harness) Containers(ctx context.Context, label string) ([]vmtest.Contain
 
 func (h harness) Tracked() bool { return !h.exec }
 
+// GuardsPlantedLinks: on both paths a copy refuses a link the sandbox
+// planted under its destination.
+func (h harness) GuardsPlantedLinks() bool { return true }
+
 // The conformance suite on Kubernetes: through the agent, and through the
 // exec API (make test's table names them Kube and KubeExec).
 func TestConformanceKube(t *testing.T)     { vmtest.Run(t, harness{e: need(t)}) }

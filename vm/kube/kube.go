@@ -43,6 +43,18 @@
 // Refusals match [vm.ErrNotSupported] (or [vm.ErrInvalidConfig]) and are
 // made before anything is sent to the cluster.
 //
+// # The exec path
+//
+// With [vm.Config.PodmanExec], commands run as Kubernetes exec sessions
+// under a small sh script, and the copies are tar in an exec session.
+// No name is read as an option by tar, cd or exec. A copy in refuses,
+// with [vm.ErrUnsafeArchive], to extract through a symlink that code in
+// the sandbox planted under its destination, and a directory entry
+// replaces a symlink in its place, as the agent's copies do: the archive
+// is spooled to a temporary file of the host, removed before the call
+// returns, so that the script can look at those paths before tar runs. A
+// link planted while tar runs is still followed, within the sandbox.
+//
 // # Nothing outlives its owner for long
 //
 // The agent's stdin is the attach the VM holds (stdinOnce): when the

@@ -81,6 +81,6 @@ type execParity struct{ harness }
 
 func (h execParity) Limits() map[string]string {
 	l := h.harness.Limits()
-	l["files/planted-link"] = "through exec sessions the copies are tar in the sandbox, which extracts a directory entry through a symlink the sandbox planted in its place (within the sandbox, as the exec path documents), where Podman's archive endpoint refuses it; both keep the case's promise, the results differ"
+	l["files/planted-link"] = "through exec sessions the kube backend's copies refuse a symlink the sandbox planted under their destination and replace one in a directory entry's place, as the agent's do, where Podman's archive endpoint follows the one (within the sandbox) and refuses the other; both keep the case's promise, the results differ"
 	return l
 }

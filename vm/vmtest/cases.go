@@ -84,6 +84,12 @@ func sandboxPS(ctx context.Context, t *testing.T, v vm.VM) string {
 // must be stopped within its deadline plus Grace, keep its partial output,
 // and leave nothing of itself in the sandbox.
 func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Context) (context.Context, exec.Command, time.Duration), target error) []observation {
+	return stoppedWith(ctx, t, v, stop, target, "started\n")
+}
+
+// stoppedWith is stopped for a command whose output before the stop is
+// out.
+func stoppedWith(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Context) (context.Context, exec.Command, time.Duration), target error, out string) []observation {
 	// The sleeps' durations are unique so ps can tell them apart.
 	rctx, cmd, limit := stop(ctx)
 	start := time.Now()
@@ -98,8 +104,8 @@ func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Conte
 	if !res.TimedOut || res.ExitCode != -1 {
 		t.Errorf("TimedOut %v, ExitCode %d; want true, -1", res.TimedOut, res.ExitCode)
 	}
-	if res.Stdout != "started\n" {
-		t.Errorf("partial output %q; want %q", res.Stdout, "started\n")
+	if res.Stdout != out {
+		t.Errorf("partial output %s; want %s", clip(res.Stdout), clip(out))
 	}
 	if elapsed > limit+Grace {
 		t.Errorf("Run returned after %v; want within %v + %v", elapsed, limit, Grace)
@@ -111,6 +117,22 @@ func stopped(ctx context.Context, t *testing.T, v vm.VM, stop func(context.Conte
 }
 
 const treeScript = `echo started; sleep 3011 & sleep 3011`
+
+// inFlightScript prints inFlightOut at once, then waits as treeScript
+// does.
+const inFlightScript = `echo started; head -c 20000 /dev/zero | tr '\0' x; echo; echo done; sleep 3011 & sleep 3011`
+
+var inFlightOut = "started\n" + strings.Repeat("x", 20000) + "\ndone\n"
+
+// gate is a live writer that holds its first write until open is
+// closed: what the command printed is still on its way when the run is
+// stopped.
+type gate struct{ open chan struct{} }
+
+func (g gate) Write(p []byte) (int, error) {
+	<-g.open
+	return len(p), nil
+}
 
 // Cases returns the conformance cases, a fresh table each call.
 func cases(h Harness) []testCase {
@@ -295,6 +317,31 @@ func cases(h Harness) []testCase {
 					time.AfterFunc(2*time.Second, cancel)
 					return rctx, sh(treeScript), 2 * time.Second
 				}, context.Canceled)
+			}},
+		{Name: "timeout/in-flight", Promise: "a timeout keeps all the output the command printed before it, even what was still on its way to a live writer that was slow to take it",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				return stoppedWith(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
+					cmd := sh(inFlightScript)
+					cmd.Timeout = 2 * time.Second
+					g := gate{make(chan struct{})}
+					time.AfterFunc(cmd.Timeout+50*time.Millisecond, func() { close(g.open) })
+					cmd.Stdout = g
+					return ctx, cmd, cmd.Timeout
+				}, context.DeadlineExceeded, inFlightOut)
+			}},
+		{Name: "cancel/in-flight", Promise: "cancelling the context keeps all the output the command printed before it, even what was still on its way to a live writer that was slow to take it",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				return stoppedWith(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
+					rctx, cancel := context.WithCancel(ctx)
+					g := gate{make(chan struct{})}
+					time.AfterFunc(2*time.Second, func() {
+						cancel()
+						time.AfterFunc(50*time.Millisecond, func() { close(g.open) })
+					})
+					cmd := sh(inFlightScript)
+					cmd.Stdout = g
+					return rctx, cmd, 2 * time.Second
+				}, context.Canceled, inFlightOut)
 			}},
 		{Name: "concurrent", Promise: "concurrent Runs on one VM each get their own result",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {

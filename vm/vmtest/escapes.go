@@ -18,7 +18,8 @@ import (
 // escapeCases are the cases of what code in the sandbox can plant for
 // the file calls: symlinks under a copy's destination, and sockets, which
 // a tar stream cannot carry. Through podvm's agent ([Harness.Tracked])
-// the copies refuse both, naming the entry; through Podman's copies the
+// the copies refuse both, naming the entry (and a [LinkGuard] refuses
+// the links); through Podman's copies the
 // documented limits hold (a planted link is followed within the sandbox,
 // a socket is left out), and the observations are compared across
 // backends.
@@ -26,7 +27,8 @@ func escapeCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "files/planted-link", Promise: "through the agent, a copy into a directory never follows a symlink that the sandbox planted under it out of it: the entry is refused with vm.ErrUnsafeArchive, and a planted link in an entry's place is replaced, never written through",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
-				return filesPlantedLink(ctx, t, v, h.Tracked())
+				g, ok := h.(LinkGuard)
+				return filesPlantedLink(ctx, t, v, h.Tracked() || ok && g.GuardsPlantedLinks())
 			}},
 		{Name: "files/write-size", Promise: "WriteFileFrom fails when the content holds fewer or more bytes than its size, even an endless one, and streams a content of unknown size whole",
 			Test: filesWriteSize},
@@ -49,6 +51,8 @@ func tarOf(files ...string) []byte {
 	return b.Bytes()
 }
 
+// filesPlantedLink plants links under a copy's destination; agent says
+// the copies must refuse them as the agent's do.
 func filesPlantedLink(ctx context.Context, t *testing.T, v vm.VM, agent bool) []observation {
 	res, err := v.Run(ctx, sh(`mkdir -p /tmp/pl/dst /tmp/pl/out && echo keep > /tmp/pl/out/f &&
 		ln -s /tmp/pl/out /tmp/pl/dst/abs && ln -s ../out /tmp/pl/dst/rel && ln -s ../out/f /tmp/pl/dst/file`))

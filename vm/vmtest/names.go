@@ -32,9 +32,100 @@ func nameCases() []testCase {
 		{Name: "files/glob-names", Promise: "a name with glob characters, a newline or bytes that are not UTF-8 is itself in WriteFile, ReadFile, ReadDir, CopyDirIn, CopyDirOut and CopyOut, never a neighbour its pattern matches",
 			Deadline: 2 * time.Minute,
 			Test:     filesGlobNames},
+		{Name: "files/dash-names", Promise: "a name that begins with \"-\" (\"-dash\", \"--\", \"-rf\", \"-\" alone) is a name, never an option of a program podvm runs, in WriteFile, ReadFile, ReadDir, CopyIn, CopyOut, CopyDirIn, CopyDirOut and as a Command's Dir",
+			Deadline: 2 * time.Minute,
+			Test:     filesDashNames},
 		{Name: "files/no-host-copy", Promise: "the file calls leave nothing of the data on the host: no file written in os.TempDir() or /var/tmp during the case holds it",
 			Test: filesNoHostCopy},
 	}
+}
+
+// dashNames are names a program reads as options when they reach its
+// argv unguarded.
+var dashNames = []string{"-dash", "--", "-rf", "-"}
+
+// filesDashNames uses each of dashNames as a file's name, in /tmp/dn,
+// and as a directory's, in /tmp/dd, with every file call and as a
+// Command's Dir.
+func filesDashNames(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	res, err := v.Run(ctx, exec.Command{Name: "mkdir", Args: []string{"/tmp/dn", "/tmp/dd"}})
+	want(t, res, err, "", "", 0)
+	var obs []observation
+	content := func(n string) string { return "is " + n }
+	tree := t.TempDir()
+	for _, n := range dashNames {
+		if err := os.WriteFile(filepath.Join(tree, n), []byte(content(n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range dashNames {
+		file, dir := "/tmp/dn/"+n, "/tmp/dd/"+n
+		if err := vm.WriteFile(ctx, v, file, []byte(content(n)), 0o644); err != nil {
+			skipIfNotSupported(t, err)
+			t.Errorf("WriteFile %q: %v", file, err)
+		}
+		got, err := vm.ReadFile(ctx, v, file, 100)
+		if string(got) != content(n) || err != nil {
+			t.Errorf("ReadFile %q: %q, %v; want %q", file, got, err, content(n))
+		}
+		obs = append(obs, observeFile("read "+n, string(got), err))
+		var raw bytes.Buffer
+		err = v.CopyOut(ctx, file, &raw)
+		if entries := tarEntries(t, raw.Bytes()); err != nil || !slices.Equal(entries, []string{n + "=" + content(n)}) {
+			t.Errorf("CopyOut %q: %q, %v; want the one entry named after it", file, entries, err)
+		}
+		if err := vm.CopyDirIn(ctx, v, tree, dir); err != nil {
+			t.Errorf("CopyDirIn into %q: %v", dir, err)
+			continue
+		}
+		if err := v.CopyIn(ctx, dir, bytes.NewReader(tarOf(n+".in", content(n)))); err != nil {
+			t.Errorf("CopyIn into %q: %v", dir, err)
+		}
+		list, err := vm.ReadDir(ctx, v, dir)
+		names := namesOf(list)
+		wantNames := append(slices.Clone(dashNames), n+".in")
+		slices.Sort(wantNames)
+		if err != nil || !slices.Equal(names, wantNames) {
+			t.Errorf("ReadDir %q: %q, %v; want %q", dir, names, err, wantNames)
+		}
+		res, err, o := run(ctx, v, "in "+n, exec.Command{Name: "pwd", Dir: dir})
+		obs = append(obs, o)
+		if err != nil || res.Stdout != dir+"\n" {
+			t.Errorf("pwd with Dir %q: %+v, %v; want %q", dir, res, err, dir+"\n")
+		}
+		res, err, o = run(ctx, v, "cat "+n, exec.Command{Name: "cat", Args: []string{"./" + n + ".in"}, Dir: dir})
+		obs = append(obs, o)
+		if err != nil || res.Stdout != content(n) {
+			t.Errorf("cat with Dir %q: %+v, %v; want %q", dir, res, err, content(n))
+		}
+	}
+	list, err := vm.ReadDir(ctx, v, "/tmp/dn")
+	names := namesOf(list)
+	wantNames := slices.Sorted(slices.Values(dashNames))
+	if err != nil || !slices.Equal(names, wantNames) {
+		t.Errorf("ReadDir /tmp/dn: %q, %v; want %q", names, err, wantNames)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if err := vm.CopyDirOut(ctx, v, "/tmp/dd", out); err != nil {
+		t.Errorf("CopyDirOut /tmp/dd: %v", err)
+	}
+	for _, n := range dashNames {
+		for _, p := range []string{filepath.Join(n, n), filepath.Join(n, n+".in")} {
+			if b, err := os.ReadFile(filepath.Join(out, p)); string(b) != content(filepath.Base(strings.TrimSuffix(p, ".in"))) {
+				t.Errorf("CopyDirOut: host %q holds %q, %v", p, b, err)
+			}
+		}
+	}
+	return obs
+}
+
+// namesOf is the names of a listing, in its order.
+func namesOf(list []vm.FileInfo) []string {
+	var names []string
+	for _, fi := range list {
+		names = append(names, fi.Name)
+	}
+	return names
 }
 
 // makeNeighbours makes, in directory dir of the sandbox, the files and
@@ -83,10 +174,7 @@ func filesGlobNames(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	}
 	// The whole directory, listed and copied out, holds each name once.
 	list, err := vm.ReadDir(ctx, v, "/tmp/g")
-	var names []string
-	for _, fi := range list {
-		names = append(names, fi.Name)
-	}
+	names := namesOf(list)
 	var wantNames []string
 	for _, n := range append(slices.Clone(globNames), "x", "a", "b", "backslash") {
 		wantNames = append(wantNames, n, n+".d")

@@ -57,6 +57,16 @@ type Limiter interface {
 	Limits() map[string]string
 }
 
+// LinkGuard is implemented by a [Harness] whose VMs' copies refuse, as
+// podvm's agent does, to extract through a symlink that code in the
+// sandbox planted under their destination, although their commands are
+// not [Harness.Tracked] (the kube backend's exec path, whose tar script
+// looks at the paths before it extracts). When GuardsPlantedLinks
+// returns true the files/planted-link case requires the agent's results.
+type LinkGuard interface {
+	GuardsPlantedLinks() bool
+}
+
 // Container is a container as [Harness.Containers] lists it.
 type Container struct {
 	ID, Name string
