@@ -78,7 +78,7 @@ run() (
 	log "$server (Podman $version): vm tests, output in $OUT/$server.log"
 	start=$(date +%s)
 	status=0
-	(cd vm && $as "$OUT/vm.test" -test.v -test.count=1 -test.timeout 15m \
+	(cd vm && $as "$OUT/vm.test" -test.v -test.count=1 -test.timeout 30m \
 		-test.run "^(${tests:-TestParity|TestParityExec|TestRootlessLimits})\$") >"$OUT/$server.log" 2>&1 || status=$?
 	scripts/conformance-table.sh -r "$OUT/$server.log" >"$OUT/$server.cases" || true
 	tail -n 3 "$OUT/$server.log" >&2

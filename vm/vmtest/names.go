@@ -30,10 +30,12 @@ var globNames = []string{"[x]", "*", "?", "[ab]", `back\slash`, "new\nline", "ba
 func nameCases() []testCase {
 	return []testCase{
 		{Name: "files/glob-names", Promise: "a name with glob characters, a newline or bytes that are not UTF-8 is itself in WriteFile, ReadFile, ReadDir, CopyDirIn, CopyDirOut and CopyOut, never a neighbour its pattern matches",
-			Deadline: 2 * time.Minute,
+			// 68 s on the exec path under a cold make test's load.
+			Deadline: 4 * time.Minute,
 			Test:     filesGlobNames},
 		{Name: "files/dash-names", Promise: "a name that begins with \"-\" (\"-dash\", \"--\", \"-rf\", \"-\" alone) is a name, never an option of a program podvm runs, in WriteFile, ReadFile, ReadDir, CopyIn, CopyOut, CopyDirIn, CopyDirOut and as a Command's Dir",
-			Deadline: 2 * time.Minute,
+			// As many file calls as glob-names, on every path.
+			Deadline: 4 * time.Minute,
 			Test:     filesDashNames},
 		{Name: "files/no-host-copy", Promise: "the file calls leave nothing of the data on the host: no file written in os.TempDir() or /var/tmp during the case holds it",
 			Test: filesNoHostCopy},
