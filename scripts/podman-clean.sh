@@ -1,7 +1,9 @@
 #!/bin/sh
-# Removes every container podvm left behind (label io.podvm.managed), e.g. after
-# a crashed test run. Uses the local podman with podman-up's configuration, so
-# it works whether or not the service is running. Touches nothing else.
+# Removes the containers podvm left behind (label io.podvm.managed) whose owner
+# process has ended, e.g. after a crashed test run. A live owner's (another
+# clone's demo or tests, on the same storage) are left alone. Uses the local
+# podman with podman-up's configuration, so it works whether or not the
+# service is running. Touches nothing else.
 set -eu
 
 REPO=$(cd "$(dirname "$0")/.." && pwd -P)
@@ -11,7 +13,8 @@ command -v podman >/dev/null || exit 0
 unset CONTAINER_HOST CONTAINER_CONNECTION
 [ ! -f "$STATE/containers.conf" ] || export CONTAINERS_CONF="$STATE/containers.conf"
 
-ids=$(podman ps -aq --filter label=io.podvm.managed)
+. "$REPO/scripts/lib.sh"
+ids=$(podvm_ended_containers podman)
 if [ -n "$ids" ]; then
 	echo "podman-clean: removing $(echo "$ids" | wc -l) container(s)" >&2
 	# shellcheck disable=SC2086 # one ID per word
