@@ -29,10 +29,10 @@ var globNames = []string{"[x]", "*", "?", "[ab]", `back\slash`, "new\nline", "ba
 // file calls' data goes.
 func nameCases() []testCase {
 	return []testCase{
-		{Name: "files/glob-names", Promise: "a name with glob characters, a newline or bytes that are not UTF-8 is itself in WriteFile, ReadFile, ReadDir, CopyDirIn, CopyDirOut and CopyOut, never a neighbour its pattern matches",
+		{Name: "files/glob-names", AcrossPaths: true, Promise: "a name with glob characters, a newline or bytes that are not UTF-8 is itself in WriteFile, ReadFile, ReadDir, CopyDirIn, CopyDirOut and CopyOut, never a neighbour its pattern matches",
 			Deadline: 2 * time.Minute,
 			Test:     filesGlobNames},
-		{Name: "files/no-host-copy", Promise: "the file calls leave nothing of the data on the host: no file written in os.TempDir() or /var/tmp during the case holds it",
+		{Name: "files/no-host-copy", AcrossPaths: true, Promise: "the file calls leave nothing of the data on the host: no file written in os.TempDir() or /var/tmp during the case holds it",
 			Test: filesNoHostCopy},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +82,11 @@ type testCase struct {
 	Uncreated bool
 	// Deadline bounds the case, as a watchdog; zero means a minute.
 	Deadline time.Duration
+	// AcrossPaths: the observations are the same whichever way the
+	// calls travel (podvm's agent or Podman's exec sessions and copies,
+	// [Harness.Tracked]), and [RunParity] compares them across both.
+	// Without it, it compares backends of the same way only.
+	AcrossPaths bool
 	// Test exercises v and returns what it observed, for comparison
 	// across backends. It reports failures with t.Errorf/t.Fatalf.
 	Test func(ctx context.Context, t *testing.T, v vm.VM) []observation
@@ -135,12 +141,15 @@ func Run(t *testing.T, h Harness) {
 }
 
 // RunParity runs each case on every backend and requires the observations
-// to be identical, field by field (Duration excepted).
+// to be identical, field by field (Duration excepted): those of backends
+// that run commands the same way ([Harness.Tracked]), and, for a case
+// whose promise holds on every path, those of all backends.
 func RunParity(t *testing.T, backends map[string]Harness) {
 	var names []string
 	for name := range backends {
 		names = append(names, name)
 	}
+	slices.Sort(names)
 	for i, c := range cases(nil) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
@@ -162,12 +171,17 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 				}()
 			}
 			wg.Wait()
-			for _, name := range names[1:] {
-				if seen[names[0]] == nil || seen[name] == nil {
-					return // skipped or failed: nothing to compare
-				}
-				if diff := compare(seen[names[0]], seen[name]); diff != "" {
-					t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, names[0], name, c.Promise, diff)
+			for j, a := range names {
+				for _, b := range names[j+1:] {
+					if !c.AcrossPaths && backends[a].Tracked() != backends[b].Tracked() {
+						continue // the documented differences of the paths
+					}
+					if seen[a] == nil || seen[b] == nil {
+						continue // skipped or failed: nothing to compare
+					}
+					if diff := compare(seen[a], seen[b]); diff != "" {
+						t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, a, b, c.Promise, diff)
+					}
 				}
 			}
 		})
