@@ -155,22 +155,29 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 			t.Parallel()
 			seen := map[string][]observation{}
 			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for name, h := range backends {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					// Each backend in its own subtest, so that its failures
-					// and skips stay its own; the case is built for it.
-					t.Run(name, func(t *testing.T) {
-						obs := runCase(t, cases(h)[i], h)
-						mu.Lock()
-						seen[name] = obs
-						mu.Unlock()
-					})
-				}()
+			// The backends of one path at once, then those of the other:
+			// as many sandboxes at a time as a parity run of one path.
+			for _, tracked := range []bool{true, false} {
+				var wg sync.WaitGroup
+				for name, h := range backends {
+					if h.Tracked() != tracked {
+						continue
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						// Each backend in its own subtest, so that its failures
+						// and skips stay its own; the case is built for it.
+						t.Run(name, func(t *testing.T) {
+							obs := runCase(t, cases(h)[i], h)
+							mu.Lock()
+							seen[name] = obs
+							mu.Unlock()
+						})
+					}()
+				}
+				wg.Wait()
 			}
-			wg.Wait()
 			for j, a := range names {
 				for _, b := range names[j+1:] {
 					if !c.AcrossPaths && backends[a].Tracked() != backends[b].Tracked() {
