@@ -20,7 +20,7 @@ awk -F'\t' -v records=$records '
 		if ($2 ~ /^TestParity/) {
 			group = tolower(substr($2, 11)); if (group != "") group = "-" group
 			n = split(name, part, "/")
-			if (part[n] == "api" || part[n] == "cli") {
+			if (part[n] ~ /^(api|cli|kube)(-exec)?$/) {
 				backend = "parity" group ":" part[n]; sub("/" part[n] "$", "", name)
 			} else backend = "parity" group
 		} else { backend = $2; sub("^TestConformance", "", backend) }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -577,7 +578,9 @@ func TestAPICopyIn(t *testing.T) {
 	ctx := context.Background()
 	v, svc := createdVM(t, "4.3", libpodtest.Routes{"HEAD /containers/{id}/archive": libpodtest.Seq(
 		libpodtest.Recorded("archive-head"), libpodtest.Recorded("archive-head"), libpodtest.Recorded("archive-head-file"),
-		libpodtest.Recorded("archive-head-missing"))})
+		libpodtest.Recorded("archive-head-missing")),
+		// What a missing /no/such is: /no/such and /no are missing too.
+		"GET /containers/{id}/archive": libpodtest.Seq(libpodtest.Recorded("archive-get-missing"), libpodtest.Recorded("archive-get-missing"))})
 	in := apiTarOf(t, &tar.Header{Name: "a", Size: 3, Mode: 0o644, Typeflag: tar.TypeReg})
 	require.NoError(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(in)))
 	put := svc.Requests()[len(svc.Requests())-1]
@@ -587,7 +590,7 @@ func TestAPICopyIn(t *testing.T) {
 
 	evil := apiTarOf(t, &tar.Header{Name: "ok", Mode: 0o644, Typeflag: tar.TypeReg}, &tar.Header{Name: "../x", Mode: 0o644, Typeflag: tar.TypeReg})
 	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(evil)), ErrUnsafeArchive)
-	assert.ErrorIs(t, v.CopyIn(ctx, "/etc/passwd", bytes.NewReader(in)), ErrPodman, "not a directory")
+	assert.ErrorIs(t, v.CopyIn(ctx, "/etc/passwd", bytes.NewReader(in)), syscall.ENOTDIR, "not a directory")
 	assert.ErrorIs(t, v.CopyIn(ctx, "/no/such", bytes.NewReader(in)), fs.ErrNotExist, "no such directory")
 	assert.Error(t, v.CopyIn(ctx, "relative", bytes.NewReader(in)))
 }
@@ -597,6 +600,8 @@ func TestAPICopyOut(t *testing.T) {
 	ctx := context.Background()
 	v, _ := createdVM(t, "4.3", libpodtest.Routes{"GET /containers/{id}/archive": libpodtest.Seq(
 		libpodtest.Recorded("archive-get"), libpodtest.Recorded("archive-get-missing"),
+		// What a missing /no/such/path is: /no/such and /no are missing too.
+		libpodtest.Recorded("archive-get-missing"), libpodtest.Recorded("archive-get-missing"),
 		libpodtest.Cut("archive-get", libpodtest.HeaderEnd("archive-get")+1000))})
 	var out bytes.Buffer
 	require.NoError(t, v.CopyOut(ctx, "/tmp/record.sh", &out))

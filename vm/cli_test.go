@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -658,14 +659,32 @@ func TestCLICopyOut(t *testing.T) {
 		err := v.CopyOut(context.Background(), "/src/box", failingWriter{broken})
 		assert.ErrorIs(t, err, broken)
 	})
-	t.Run("podman fails", func(t *testing.T) {
-		t.Parallel()
-		v, x := created(t, Config{Image: "img"})
-		x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(podmantest.Sample(t, "cp-out-no-such-path-remote.125.txt"), nil)
-		err := v.CopyOut(context.Background(), "/src/box", io.Discard)
-		assert.ErrorIs(t, err, fs.ErrNotExist, "a missing path is fs.ErrNotExist")
-		assert.ErrorContains(t, err, "could not be found")
-	})
+	// Podman says the same of a missing path and of one under a file: a
+	// copy out of the parent, to its first entry, tells.
+	for _, c := range []struct {
+		name   string
+		parent *tar.Header
+		want   error
+	}{
+		{"podman fails", &tar.Header{Name: "src/", Typeflag: tar.TypeDir, Mode: 0o755}, fs.ErrNotExist},
+		{"under a file", &tar.Header{Name: "src", Typeflag: tar.TypeReg, Mode: 0o644}, syscall.ENOTDIR},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			v, x := created(t, Config{Image: "img"})
+			x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(podmantest.Sample(t, "cp-out-no-such-path-remote.125.txt"), nil)
+			parent := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src", "-"}, Stdout: anyWriter, MaxOutputBytes: podman.MessageBytes}
+			x.EXPECT().Run(gomock.Any(), cmdIs(parent)).DoAndReturn(writes(tarOf(t, c.parent), &exec.Result{}))
+			err := v.CopyOut(context.Background(), "/src/box", io.Discard)
+			assert.ErrorIs(t, err, c.want)
+			for _, other := range []error{fs.ErrNotExist, syscall.ENOTDIR, ErrPodman} {
+				if other != c.want {
+					assert.NotErrorIs(t, err, other, "one failure, one sentinel")
+				}
+			}
+			assert.ErrorContains(t, err, "could not be found")
+		})
+	}
 }
 
 type failingWriter struct{ err error }

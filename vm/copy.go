@@ -1,12 +1,15 @@
 package vm
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"strings"
+	"syscall"
 
 	"github.com/podvm/podvm/internal/targuard"
 )
@@ -31,7 +34,11 @@ var ErrInvalidPath = errors.New("vm: invalid sandbox path")
 // inside the sandbox's root, and such a symlink is followed, within the
 // sandbox, never onto the host (the kube backend's exec path refuses it
 // as the agent does; see package vm/kube). A dir that does not exist matches
-// [fs.ErrNotExist]; one that is not a directory is an error.
+// [fs.ErrNotExist]; one that is not a directory, or is under a file,
+// [syscall.ENOTDIR]; a path too long [syscall.ENAMETOOLONG]; an entry
+// that cannot be made the sentinel of the file calls for its reason
+// ([syscall.EROFS], [syscall.EISDIR], ...: see [WriteFile]), on every
+// path.
 func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	dir, st, err := s.at("copy into", dir)
 	if err != nil {
@@ -45,7 +52,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 	if in.Err() != nil {
 		return fmt.Errorf("vm: copy into %s: %w", dir, in.Err())
 	}
-	return err
+	return s.copyError(ctx, st.id, "copy into", dir, dir, err)
 }
 
 // CopyOut writes path of the sandbox to w as a tar stream, streamed
@@ -55,8 +62,9 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // does), the entries still named after path. An entry that would land
 // outside its root fails the copy with an error matching
 // [ErrUnsafeArchive]; a path that does not exist matches
-// [fs.ErrNotExist]; an archive with no entry at all (a link into /proc,
-// say) is an error matching [ErrPodman]. Through the agent, a socket in
+// [fs.ErrNotExist] (under a file, [syscall.ENOTDIR]); a path too long
+// [syscall.ENAMETOOLONG]; an archive with no entry at all (a link into
+// /proc, say) is an error matching [ErrPodman]. Through the agent, a socket in
 // the tree, which a tar stream cannot carry, fails the copy with
 // [ErrUnsafeArchive], naming it; with [Config.PodmanExec], Podman leaves
 // sockets out. When CopyOut fails, w may have received part of a
@@ -84,7 +92,7 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	if st.agent != nil {
 		err = s.fileOp(ctx, "copy out", p, nil, pw, "tar-out", p)
 	} else {
-		err = s.d.CopyOut(ctx, st.id, p, pw)
+		err = s.copyError(ctx, st.id, "copy out", p, path.Dir(p), s.d.CopyOut(ctx, st.id, p, pw))
 	}
 	pw.Close()
 	copyErr := <-copied
@@ -94,9 +102,90 @@ func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
 	case err != nil:
 		return err
 	case g.Entries() == 0:
-		return fmt.Errorf("%w: copy out %s: the archive holds no entry", ErrPodman, p)
+		return fmt.Errorf("%w: copy out %s: %w", ErrPodman, p, errNoEntry)
 	}
 	return nil
+}
+
+// errNoEntry: a copy out gave an archive without a single entry (Podman
+// leaves devices and sockets out).
+var errNoEntry = errors.New("the archive holds no entry")
+
+// copyOutUnchecked implements uncheckedCopier: CopyOut without the tar
+// guard, for a listing. Through the agent it is CopyOut.
+func (s *sandbox) copyOutUnchecked(ctx context.Context, p string, w io.Writer) error {
+	p, st, err := s.at("copy out", p)
+	if err != nil {
+		return err
+	}
+	if st.agent != nil {
+		return s.CopyOut(ctx, p, w)
+	}
+	return s.copyError(ctx, st.id, "copy out", p, path.Dir(p), s.d.CopyOut(ctx, st.id, p, w))
+}
+
+// copyError returns err, Podman's failure of a copy (op) of p in the
+// sandbox id, as the agent reports the same failure: the system's reason
+// when Podman passed it on ([copyError]), and for a path that Podman
+// could not find, or that it says is no directory to copy into, which of
+// the two it is: [syscall.ENOTDIR] when p, or a directory above it, is a
+// file, else [fs.ErrNotExist]. Podman's messages cannot tell (`podman cp
+// -` says the same of both, its service a 404): a copy out of from (p,
+// or its parent when p is known to be missing) and of each missing
+// directory above it, each read to its first entry, does. Nothing is
+// probed when the copy succeeded or failed otherwise.
+func (s *sandbox) copyError(ctx context.Context, id, op, p, from string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if e := copyError(op, p, err); e != nil {
+		err = e
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for q := from; q != "/"; q = path.Dir(q) {
+		h, qerr := s.firstEntry(ctx, id, q)
+		switch {
+		case errors.Is(qerr, fs.ErrNotExist):
+			continue
+		case qerr != nil || h.Typeflag == tar.TypeDir || h.Typeflag == tar.TypeSymlink:
+			// A directory (or a link, which may lead to one) above a
+			// missing path: it is missing.
+			return err
+		}
+		return fmt.Errorf("vm: %s %s: %w: %s is not a directory: %w", op, p, syscall.ENOTDIR, q, nativeError(err))
+	}
+	return err
+}
+
+// firstEntry returns the first entry of Podman's copy out of p in the
+// sandbox id, reading no more of it.
+func (s *sandbox) firstEntry(ctx context.Context, id, p string) (*tar.Header, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		err := s.d.CopyOut(ctx, id, p, pw)
+		pw.CloseWithError(err)
+		copied <- err
+	}()
+	tr := tar.NewReader(pr)
+	h, err := tr.Next()
+	for err == nil && h.Typeflag == tar.TypeXGlobalHeader {
+		h, err = tr.Next()
+	}
+	cancel()
+	pr.CloseWithError(errStop)
+	cerr := <-copied
+	switch {
+	case err == nil:
+		return h, nil
+	case cerr != nil:
+		return nil, cerr
+	}
+	return nil, fmt.Errorf("%w: copy out %s: %w", ErrPodman, p, errNoEntry)
 }
 
 // at returns path p of a copy (op) cleaned, and the sandbox's state.
@@ -104,6 +193,10 @@ func (s *sandbox) at(op, p string) (string, state, error) {
 	if !path.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
 		return "", state{}, fmt.Errorf("%w: %s %q: want an absolute path in the sandbox", ErrInvalidPath, op, p)
 	}
+	p = path.Clean(p)
+	if err := checkLength(op, p); err != nil {
+		return "", state{}, err
+	}
 	st, err := s.container()
-	return path.Clean(p), st, err
+	return p, st, err
 }

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/podvm/podvm/internal/targuard"
@@ -25,10 +26,37 @@ import (
 // the sandbox sends is checked as the tar guard checks it ([ErrUnsafeArchive]).
 //
 // Errors, besides those of the VM ([ErrNotCreated], [ErrRemoved],
-// [ErrNoSuchContainer], ...): a missing path matches [fs.ErrNotExist]; an
-// invalid argument (a relative sandbox path, a mode with a file type)
-// matches [fs.ErrInvalid]; a file over ReadFile's cap matches
-// [ErrFileTooLarge].
+// [ErrNoSuchContainer], ...), are the same whichever way a call travels
+// (podvm's agent, or Podman's copies with [Config.PodmanExec]); each
+// failure matches one of these, with [errors.Is]:
+//
+//   - [fs.ErrNotExist]: the path, or a directory above it, is missing;
+//   - [syscall.ENOTDIR]: a directory above the path, or the path where a
+//     directory is wanted (ReadDir, CopyDirOut, CopyDirIn, CopyIn), is
+//     not a directory;
+//   - [syscall.EISDIR]: the path is a directory where a file is wanted
+//     (WriteFile, ReadFile);
+//   - [fs.ErrInvalid]: an invalid argument (a relative sandbox path, a
+//     mode with a file type, a negative size or cap), or a file that
+//     ReadFile cannot read: not a regular file (a device such as
+//     /dev/null, a fifo, a socket), as [os.CopyFS] says of one;
+//   - [syscall.ENAMETOOLONG]: a name of the path is longer than 255
+//     bytes (NAME_MAX), or the path is longer than 4095 (PATH_MAX):
+//     refused before the sandbox is asked;
+//   - [syscall.ELOOP]: too many levels of symbolic links;
+//   - [fs.ErrPermission]: the sandbox refused the access (EACCES, EPERM);
+//     the file calls act as the sandbox's root, as Podman's copies do,
+//     whatever [Config.User];
+//   - [syscall.EROFS]: a write to a read-only filesystem
+//     ([Config.ReadOnlyRootfs], a read-only mount);
+//   - [syscall.ENOSPC]: the filesystem is full;
+//   - [ErrFileTooLarge]: a file over ReadFile's cap;
+//   - [ErrUnsafeArchive]: an entry refused by the tar guard;
+//   - [fs.ErrExist]: CopyDirOut found a file in its way on the host.
+//
+// A failure that none describes matches [ErrPodman] (a copy that Podman
+// failed for a reason it did not say, as podman-remote's cp does not),
+// or no sentinel (the host's side of a copy failed).
 
 // ErrFileTooLarge: [ReadFile] found a file larger than its cap. The error
 // names the file's size and the cap.
@@ -71,15 +99,18 @@ type FileServer interface {
 // WriteFile writes data to the file name of the sandbox, creating it with
 // perm (permission bits, and setuid, setgid or sticky), or replacing it,
 // as [os.WriteFile] does; the file is owned by the sandbox's user. Its
-// directory must exist, else the error matches [fs.ErrNotExist]. When
-// WriteFile fails, the file may exist with part of data.
+// directory must exist, else the error matches [fs.ErrNotExist]
+// ([syscall.ENOTDIR] when a file is in the way); a name that is a
+// directory matches [syscall.EISDIR]; see the file calls' errors above
+// for the rest. When WriteFile fails, the file may exist with part of
+// data.
 func WriteFile(ctx context.Context, v VM, name string, data []byte, perm fs.FileMode) error {
 	return WriteFileFrom(ctx, v, name, bytes.NewReader(data), int64(len(data)), perm)
 }
 
 // WriteFileFrom is [WriteFile] with the file's content read from r: size
 // bytes, or, when size is -1, all of r. A r that ends before size bytes,
-// or holds more, fails the write. A [FileServer] (every sandbox with
+// or holds more, fails the write with an error matching [fs.ErrInvalid]. A [FileServer] (every sandbox with
 // podvm's agent) streams r into the file. Through a VM's CopyIn, a tar
 // entry states its size before its content, so a content of unknown size
 // is first spooled to a temporary file on the host (in [os.TempDir]),
@@ -111,13 +142,33 @@ func WriteFileFrom(ctx context.Context, v VM, name string, r io.Reader, size int
 		r, size = spool, n
 	}
 	h := &tar.Header{Typeflag: tar.TypeReg, Name: path.Base(p), Mode: tarMode(perm), Size: size, ModTime: time.Now()}
-	return copyIn(ctx, v, op, p, path.Dir(p), func(tw *tar.Writer) error {
+	err = copyIn(ctx, v, op, p, path.Dir(p), func(tw *tar.Writer) error {
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 		return copyExactly(tw, r, size)
 	})
+	if errors.Is(err, ErrPodman) && isDir(ctx, v, p) {
+		// Podman failed to replace a directory with the file, saying
+		// why or not ("file exists", or nothing through podman-remote).
+		return fmt.Errorf("vm: %s %s: %w: %w", op, p, syscall.EISDIR, nativeError(err))
+	}
+	return err
 }
+
+// isDir reports whether p is a directory of the sandbox, reading no more
+// of its copy than the first entry.
+func isDir(ctx context.Context, v VM, p string) bool {
+	dir := false
+	_ = walkOnce(ctx, v, "stat", p, false, func(h *tar.Header, _ io.Reader) error {
+		dir = h.Name == "." && h.Typeflag == tar.TypeDir
+		return errStop
+	})
+	return dir
+}
+
+// errStop ends a walk that has what it wanted.
+var errStop = errors.New("vm: stop the walk")
 
 // spoolTemp copies r to a new temporary file, rewound, and its size.
 func spoolTemp(r io.Reader) (*os.File, int64, error) {
@@ -143,12 +194,12 @@ func copyExactly(w io.Writer, r io.Reader, size int64) error {
 	n, err := io.CopyN(w, r, size)
 	switch {
 	case err == io.EOF:
-		return fmt.Errorf("the content ended after %d of its %d bytes", n, size)
+		return fmt.Errorf("%w: the content ended after %d of its %d bytes", fs.ErrInvalid, n, size)
 	case err != nil:
 		return err
 	}
 	if m, _ := r.Read(make([]byte, 1)); m > 0 {
-		return fmt.Errorf("the content holds more than its %d bytes", size)
+		return fmt.Errorf("%w: the content holds more than its %d bytes", fs.ErrInvalid, size)
 	}
 	return nil
 }
@@ -156,8 +207,10 @@ func copyExactly(w io.Writer, r io.Reader, size int64) error {
 // ReadFile returns the content of the file name of the sandbox, following
 // symlinks, as [os.ReadFile] does. A file larger than maxBytes (0 allows
 // only empty files) is not read: the error names its size and matches
-// [ErrFileTooLarge]. A missing path matches [fs.ErrNotExist]; a directory
-// or a special file is an error.
+// [ErrFileTooLarge]. A missing path matches [fs.ErrNotExist], a
+// directory [syscall.EISDIR], any other file that is not regular (a
+// device, a fifo, a socket) [fs.ErrInvalid]; see the file calls' errors
+// above for the rest.
 func ReadFile(ctx context.Context, v VM, name string, maxBytes int64) ([]byte, error) {
 	const op = "read file"
 	p, err := cleanFile(op, name)
@@ -173,21 +226,27 @@ func ReadFile(ctx context.Context, v VM, name string, maxBytes int64) ([]byte, e
 		}
 	}
 	var data []byte
-	err = walkOut(ctx, v, op, p, func(h *tar.Header, r io.Reader) error {
+	seen := false // p's own entry
+	err = walkOut(ctx, v, op, p, true, func(h *tar.Header, r io.Reader) error {
 		switch {
 		case h.Name != ".":
 			return nil // nothing but p is expected
 		case h.Typeflag == tar.TypeDir:
-			return fmt.Errorf("vm: %s %s: is a directory", op, p)
+			return fmt.Errorf("vm: %s %s: %w", op, p, syscall.EISDIR)
 		case h.Typeflag != tar.TypeReg:
-			return fmt.Errorf("vm: %s %s: not a regular file (%v)", op, p, h.FileInfo().Mode().Type())
+			return fmt.Errorf("vm: %s %s: %w: not a regular file (%v)", op, p, fs.ErrInvalid, h.FileInfo().Mode().Type())
 		case h.Size > maxBytes:
 			return fmt.Errorf("vm: %s %s: %d bytes, over the cap of %d: %w", op, p, h.Size, maxBytes, ErrFileTooLarge)
 		}
+		seen = true
 		var err error
 		data, err = io.ReadAll(r)
 		return err
 	})
+	if !seen && (err == nil || errors.Is(err, errNoEntry)) {
+		// Podman's copies leave devices and sockets out.
+		return nil, fmt.Errorf("vm: %s %s: %w: not a regular file (a copy of it holds no entry)", op, p, fs.ErrInvalid)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -196,12 +255,16 @@ func ReadFile(ctx context.Context, v VM, name string, maxBytes int64) ([]byte, e
 
 // ReadDir lists the directory dir of the sandbox, following symlinks to
 // it, sorted by name, as [os.ReadDir] does. A missing dir matches
-// [fs.ErrNotExist]; a file is an error. Through the tar stream of
-// CopyOut the whole tree beneath dir travels, contents included, and is
-// read and dropped: only dir's own entries are kept in memory; and a
-// tree holding an entry that the VM's tar guard refuses (a symlink to an
-// absolute path, say) cannot be listed: the error matches
-// [ErrUnsafeArchive]. A VM that is a [FileServer] may do better.
+// [fs.ErrNotExist]; a file that is not a directory [syscall.ENOTDIR].
+// A listing is names, modes and link targets, and writes nothing: a
+// symlink to an absolute path, or one leading out of dir, is listed,
+// whichever way the call travels. Through the tar stream of CopyOut the
+// whole tree beneath dir travels, contents included, and is read and
+// dropped: only dir's own entries are kept in memory; a VM that is a
+// [FileServer] (every sandbox with podvm's agent) sends the listing
+// alone. Through the CopyOut of a VM other than podvm's own, a tree
+// holding an entry that its tar guard refuses cannot be listed: the
+// error matches [ErrUnsafeArchive].
 func ReadDir(ctx context.Context, v VM, dir string) ([]FileInfo, error) {
 	const op = "read dir"
 	p, err := cleanFile(op, dir)
@@ -215,12 +278,14 @@ func ReadDir(ctx context.Context, v VM, dir string) ([]FileInfo, error) {
 	}
 	var list []FileInfo
 	sizes := map[string]int64{} // of the regular files listed, for hard links
-	err = walkOut(ctx, v, op, p, func(h *tar.Header, _ io.Reader) error {
+	seen := false               // dir's own entry
+	err = walkOut(ctx, v, op, p, false, func(h *tar.Header, _ io.Reader) error {
 		switch {
 		case h.Name == ".":
 			if h.Typeflag != tar.TypeDir {
-				return fmt.Errorf("vm: %s %s: not a directory", op, p)
+				return fmt.Errorf("vm: %s %s: %w", op, p, syscall.ENOTDIR)
 			}
+			seen = true
 			return nil
 		case strings.Contains(h.Name, "/"):
 			return nil // deeper down
@@ -239,6 +304,9 @@ func ReadDir(ctx context.Context, v VM, dir string) ([]FileInfo, error) {
 		list = append(list, fi)
 		return nil
 	})
+	if !seen && (err == nil || errors.Is(err, errNoEntry)) {
+		return nil, fmt.Errorf("vm: %s %s: %w (a copy of it holds no entry)", op, p, syscall.ENOTDIR)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +324,9 @@ func ReadDir(ctx context.Context, v VM, dir string) ([]FileInfo, error) {
 // refuses, with [ErrUnsafeArchive], a symlink that is absolute or leads
 // out of hostDir, and devices, fifos and sockets. Hard-linked files are
 // copied as separate files. A file that shrinks while it is copied fails
-// the copy. When CopyDirIn fails, part of the tree may have been copied.
+// the copy. A sandboxDir that is a file, or under one, matches
+// [syscall.ENOTDIR]; one whose parent is missing [fs.ErrNotExist]. When
+// CopyDirIn fails, part of the tree may have been copied.
 func CopyDirIn(ctx context.Context, v VM, hostDir, sandboxDir string) error {
 	const op = "copy dir in"
 	p, err := cleanPath(op, sandboxDir)
@@ -314,8 +384,9 @@ func CopyDirIn(ctx context.Context, v VM, hostDir, sandboxDir string) error {
 // [ErrUnsafeArchive] and naming it. CopyDirOut merges into directories
 // that exist (keeping their modes) and never replaces a file: one that
 // exists fails the copy with an error matching [fs.ErrExist], as
-// [os.CopyFS] does. When CopyDirOut fails, part of the tree may have been
-// written.
+// [os.CopyFS] does. A sandboxDir that is missing matches
+// [fs.ErrNotExist]; one that is not a directory [syscall.ENOTDIR]. When
+// CopyDirOut fails, part of the tree may have been written.
 func CopyDirOut(ctx context.Context, v VM, sandboxDir, hostDir string) error {
 	const op = "copy dir out"
 	p, err := cleanFile(op, sandboxDir)
@@ -324,12 +395,19 @@ func CopyDirOut(ctx context.Context, v VM, sandboxDir, hostDir string) error {
 	}
 	x := &extractor{dir: hostDir}
 	defer x.close()
-	err = walkOut(ctx, v, op, p, func(h *tar.Header, r io.Reader) error {
-		if h.Name == "." && h.Typeflag != tar.TypeDir {
-			return fmt.Errorf("vm: %s %s: not a directory", op, p)
+	seen := false
+	err = walkOut(ctx, v, op, p, true, func(h *tar.Header, r io.Reader) error {
+		if h.Name == "." {
+			if h.Typeflag != tar.TypeDir {
+				return fmt.Errorf("vm: %s %s: %w", op, p, syscall.ENOTDIR)
+			}
+			seen = true
 		}
 		return x.entry(h, r)
 	})
+	if !seen && (err == nil || errors.Is(err, errNoEntry)) {
+		return fmt.Errorf("vm: %s %s: %w (a copy of it holds no entry)", op, p, syscall.ENOTDIR)
+	}
 	if err == nil {
 		err = x.finish()
 	}
@@ -347,12 +425,37 @@ func cleanFile(op, p string) (string, error) {
 }
 
 // cleanPath cleans p, which must be an absolute path in the sandbox,
-// without NUL bytes.
+// without NUL bytes, and not too long ([checkLength]).
 func cleanPath(op, p string) (string, error) {
 	if !path.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
 		return "", fmt.Errorf("vm: %s %q: %w: want an absolute path in the sandbox", op, p, fs.ErrInvalid)
 	}
-	return path.Clean(p), nil
+	c := path.Clean(p)
+	return c, checkLength(op, c)
+}
+
+// The kernel's limits on a path (Linux's, whatever the sandbox's
+// filesystem): a name of up to nameMax bytes, a path of fewer than
+// pathMax (PATH_MAX counts the NUL at its end).
+const (
+	nameMax = 255
+	pathMax = 4096
+)
+
+// checkLength refuses p, a clean path, when the kernel would: a path
+// that is too long, or a name in it that is, matches
+// [syscall.ENAMETOOLONG]. The check is the host's, so that every way a
+// call travels says the same (Podman's copies say the path is missing).
+func checkLength(op, p string) error {
+	if len(p) >= pathMax {
+		return fmt.Errorf("vm: %s %.64s...: %w (%d bytes, over %d)", op, p, syscall.ENAMETOOLONG, len(p), pathMax-1)
+	}
+	for name := range strings.SplitSeq(p, "/") {
+		if len(name) > nameMax {
+			return fmt.Errorf("vm: %s %s: %w (a name of %d bytes, over %d)", op, p, syscall.ENAMETOOLONG, len(name), nameMax)
+		}
+	}
+	return nil
 }
 
 // tarMode is the tar header mode of perm's permission and special bits.
@@ -375,11 +478,78 @@ func tarMode(perm fs.FileMode) int64 {
 // missing or not a directory (`podman cp` cannot tell which).
 var notExistMessages = regexp.MustCompile(`no such file or directory|no such directory in the sandbox|destination must be a directory when copying from stdin`)
 
-// fileError returns err, a VM's error for a copy of p, made to match
-// [fs.ErrNotExist] as well when it says that a path is missing.
+// errnoMessages are the system's messages for the failures of the file
+// calls that have a sentinel of their own, as Podman's copies pass them
+// on (its service, in a libpod error; the local podman, on stderr;
+// podman-remote's cp passes none), most specific first. A message of the
+// copier naming a path that could not be found is followed by its cause.
+var errnoMessages = []struct {
+	re  *regexp.Regexp
+	err error
+}{
+	{regexp.MustCompile(`too many levels of symbolic links`), syscall.ELOOP},
+	{regexp.MustCompile(`read-only file system`), syscall.EROFS},
+	{regexp.MustCompile(`file name too long`), syscall.ENAMETOOLONG},
+	{regexp.MustCompile(`no space left on device|disk quota exceeded`), syscall.ENOSPC},
+	{regexp.MustCompile(`permission denied|operation not permitted`), fs.ErrPermission},
+	{regexp.MustCompile(`: is a directory`), syscall.EISDIR},
+	{regexp.MustCompile(`: not a directory`), syscall.ENOTDIR},
+}
+
+// noItems is the local podman's message for a copy out of a path it
+// leaves out (a device, a socket): its service sends an empty archive.
+var noItems = regexp.MustCompile(`copier: get: copied no items`)
+
+// copyError returns err, a VM's error for a copy of p, as the file
+// calls report it: one that Podman failed (or reported as a missing
+// path) for a reason the system named matches that reason's sentinel
+// alone ([errnoMessages]), wrapping what Podman said (a [CLIError] or
+// [APIError]) but no longer [ErrPodman] or [fs.ErrNotExist]; one that
+// says that a path is missing matches [fs.ErrNotExist]; one of a path
+// that Podman leaves out of its copies matches [errNoEntry]. It returns
+// nil for any other error.
+func copyError(op, p string, err error) error {
+	if !errors.Is(err, ErrPodman) && !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	msg := err.Error()
+	var ce *CLIError
+	if errors.As(err, &ce) {
+		msg += "\n" + ce.Stderr // the copier's lines, which Error leaves out
+	}
+	if noItems.MatchString(msg) { // what Podman's service sends as an empty archive
+		return fmt.Errorf("%w: %s %s: %w: %w", ErrPodman, op, p, errNoEntry, nativeError(err))
+	}
+	for _, m := range errnoMessages {
+		if m.re.MatchString(msg) {
+			return fmt.Errorf("vm: %s %s: %w: %w", op, p, m.err, nativeError(err))
+		}
+	}
+	if errors.Is(err, ErrPodman) && notExistMessages.MatchString(msg) {
+		return fmt.Errorf("vm: %s %s: %w: %w", op, p, fs.ErrNotExist, nativeError(err))
+	}
+	return nil
+}
+
+// nativeError is what Podman said in err: its [CLIError] or [APIError],
+// else err's message alone, matching no sentinel.
+func nativeError(err error) error {
+	var ce *CLIError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return errors.New(err.Error())
+}
+
+// fileError returns err, a VM's error for a copy of p, as the file
+// calls report it ([copyError]).
 func fileError(op, p string, err error) error {
-	if errors.Is(err, ErrPodman) && notExistMessages.MatchString(err.Error()) {
-		return fmt.Errorf("vm: %s %s: %w: %w", op, p, fs.ErrNotExist, err)
+	if e := copyError(op, p, err); e != nil {
+		return e
 	}
 	return err
 }
@@ -434,15 +604,20 @@ func copyIn(ctx context.Context, v VM, op, p, dir string, write func(*tar.Writer
 
 // walkOut streams CopyOut of p and calls fn for each entry in order, its
 // names made relative to p as [walkTar] does, having checked it as the
-// tar guard does. The root of the archive is its first entry,
-// whatever its name (a backend that follows a symlink may name it after
-// the target); an entry outside it is refused. When p is a symlink that
-// CopyOut sends as one, walkOut follows it, as the system would, up to 40
-// times. An error of fn ends the copy and is returned as it is.
-func walkOut(ctx context.Context, v VM, op, p string, fn func(h *tar.Header, r io.Reader) error) error {
+// tar guard does when check is set. The root of the archive is its first
+// entry, whatever its name (a backend that follows a symlink may name it
+// after the target); an entry outside it is refused. When p is a symlink
+// that CopyOut sends as one, walkOut follows it, as the system would, up
+// to 40 times. An error of fn ends the copy and is returned as it is.
+//
+// Without check, nothing is written where the entries point, and a VM
+// that can send an archive without its tar guard ([uncheckedCopier])
+// sends it so: what the guard refuses is what extracting it would make
+// unsafe.
+func walkOut(ctx context.Context, v VM, op, p string, check bool, fn func(h *tar.Header, r io.Reader) error) error {
 	for range 40 {
 		var link string
-		err := walkOnce(ctx, v, op, p, func(h *tar.Header, r io.Reader) error {
+		err := walkOnce(ctx, v, op, p, check, func(h *tar.Header, r io.Reader) error {
 			if h.Name == "." && h.Typeflag == tar.TypeSymlink {
 				link = h.Linkname
 				return errFollow
@@ -457,7 +632,13 @@ func walkOut(ctx context.Context, v VM, op, p string, fn func(h *tar.Header, r i
 		}
 		p = path.Clean(link)
 	}
-	return fmt.Errorf("vm: %s %s: too many levels of symbolic links", op, p)
+	return fmt.Errorf("vm: %s %s: %w", op, p, syscall.ELOOP)
+}
+
+// uncheckedCopier is a VM whose CopyOut can skip its tar guard, for a
+// caller that writes nothing where the entries point (a listing).
+type uncheckedCopier interface {
+	copyOutUnchecked(ctx context.Context, p string, w io.Writer) error
 }
 
 // errFollow stops a walk that found its root to be a symlink.
@@ -469,17 +650,21 @@ type callbackError struct{ err error }
 
 func (e callbackError) Error() string { return e.err.Error() }
 
-func walkOnce(ctx context.Context, v VM, op, p string, fn func(h *tar.Header, r io.Reader) error) error {
+func walkOnce(ctx context.Context, v VM, op, p string, check bool, fn func(h *tar.Header, r io.Reader) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
+	copyOut := v.CopyOut
+	if u, ok := v.(uncheckedCopier); ok && !check {
+		copyOut = u.copyOutUnchecked
+	}
 	go func() {
-		err := v.CopyOut(ctx, p, pw)
+		err := copyOut(ctx, p, pw)
 		pw.CloseWithError(err)
 		copied <- err
 	}()
-	err := walkTar(pr, func(h *tar.Header, r io.Reader) error {
+	err := walkTar(pr, check, func(h *tar.Header, r io.Reader) error {
 		if err := fn(h, r); err != nil {
 			return callbackError{err}
 		}
@@ -507,10 +692,11 @@ func walkOnce(ctx context.Context, v VM, op, p string, fn func(h *tar.Header, r 
 
 // walkTar reads the tar stream r and calls fn for each entry, its Name,
 // and a hard link's Linkname, made relative to the archive's root, its
-// first entry ("." for the root itself). Each entry is first checked as
-// the tar guard checks it, under its own name; an entry outside the root
-// is refused with [ErrUnsafeArchive]. Global pax headers are skipped.
-func walkTar(r io.Reader, fn func(h *tar.Header, r io.Reader) error) error {
+// first entry ("." for the root itself). With check, each entry is first
+// checked as the tar guard checks it, under its own name. An entry
+// outside the root is refused with [ErrUnsafeArchive]. Global pax
+// headers are skipped.
+func walkTar(r io.Reader, check bool, fn func(h *tar.Header, r io.Reader) error) error {
 	tr := tar.NewReader(r)
 	links := map[string]bool{}
 	root := ""
@@ -534,8 +720,10 @@ func walkTar(r io.Reader, fn func(h *tar.Header, r io.Reader) error) error {
 			}
 			continue
 		}
-		if err := targuard.Check(h, links); err != nil {
-			return err
+		if check {
+			if err := targuard.Check(h, links); err != nil {
+				return err
+			}
 		}
 		if root == "" {
 			root, _, _ = strings.Cut(name, "/")

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/agent/fsop"
@@ -30,7 +31,7 @@ import (
 
 // fileOp runs the agent's file operation args in the sandbox with stdin
 // and stdout, for the call op on p, and maps its failure to the file
-// calls' errors. It returns [ErrNotSupported] on a sandbox without the
+// calls' errors, the sentinel of each [fsop.Code]. It returns [ErrNotSupported] on a sandbox without the
 // agent.
 func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, stdout io.Writer, args ...string) error {
 	st, err := s.container()
@@ -63,22 +64,31 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 	case ex.Code == 0:
 		return nil
 	}
-	var sentinel error
-	switch fsop.Code(ex.Code) {
-	case fsop.CodeNotExist:
-		sentinel = fs.ErrNotExist
-	case fsop.CodeUnsafe:
+	switch code := fsop.Code(ex.Code); {
+	case code == fsop.CodeUnsafe:
 		return fmt.Errorf("%w: %s %s: %s", ErrUnsafeArchive, op, p, why)
-	case fsop.CodeTooLarge:
-		sentinel = ErrFileTooLarge
-	case fsop.CodeExist:
-		sentinel = fs.ErrExist
-	case fsop.CodeInvalid, fsop.CodeFailed:
+	case code == fsop.CodeFailed:
 		return fmt.Errorf("vm: %s %s: %s", op, p, why)
-	default:
-		return fmt.Errorf("%w: %s %s: the agent's file operation exited %d: %s", ErrPodman, op, p, ex.Code, why)
+	case codeErrors[code] != nil:
+		return fmt.Errorf("vm: %s %s: %s: %w", op, p, why, codeErrors[code])
 	}
-	return fmt.Errorf("vm: %s %s: %s: %w", op, p, why, sentinel)
+	return fmt.Errorf("%w: %s %s: the agent's file operation exited %d: %s", ErrPodman, op, p, ex.Code, why)
+}
+
+// codeErrors are the sentinels of the agent's file operations' exit
+// codes, as the file calls document them.
+var codeErrors = map[fsop.Code]error{
+	fsop.CodeNotExist:    fs.ErrNotExist,
+	fsop.CodeTooLarge:    ErrFileTooLarge,
+	fsop.CodeExist:       fs.ErrExist,
+	fsop.CodeInvalid:     fs.ErrInvalid,
+	fsop.CodeIsDir:       syscall.EISDIR,
+	fsop.CodeNotDir:      syscall.ENOTDIR,
+	fsop.CodeNameTooLong: syscall.ENAMETOOLONG,
+	fsop.CodePermission:  fs.ErrPermission,
+	fsop.CodeReadOnly:    syscall.EROFS,
+	fsop.CodeLoop:        syscall.ELOOP,
+	fsop.CodeNoSpace:     syscall.ENOSPC,
 }
 
 // stopWriter passes writes to w until one fails: it keeps that error and

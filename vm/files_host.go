@@ -109,7 +109,7 @@ type madeDir struct {
 func extractTar(r io.Reader, hostDir string) error {
 	x := &extractor{dir: hostDir}
 	defer x.close()
-	if err := walkTar(r, x.entry); err != nil {
+	if err := walkTar(r, true, x.entry); err != nil {
 		return err
 	}
 	return x.finish()

@@ -441,6 +441,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, lifecycleCases(h)...)
 	cases = append(cases, trackedCases(h)...)
 	cases = append(cases, fileCases()...)
+	cases = append(cases, failureCases()...)
 	cases = append(cases, snapshotCases(h)...)
 	cases = append(cases, nameCases()...)
 	cases = append(cases, escapeCases(h)...)

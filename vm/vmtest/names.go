@@ -29,7 +29,7 @@ var globNames = []string{"[x]", "*", "?", "[ab]", `back\slash`, "new\nline", "ba
 // file calls' data goes.
 func nameCases() []testCase {
 	return []testCase{
-		{Name: "files/glob-names", Promise: "a name with glob characters, a newline or bytes that are not UTF-8 is itself in WriteFile, ReadFile, ReadDir, CopyDirIn, CopyDirOut and CopyOut, never a neighbour its pattern matches",
+		{Name: "files/glob-names", AcrossPaths: true, Promise: "a name with glob characters, a newline or bytes that are not UTF-8 is itself in WriteFile, ReadFile, ReadDir, CopyDirIn, CopyDirOut and CopyOut, never a neighbour its pattern matches",
 			// 68 s on the exec path under a cold make test's load.
 			Deadline: 4 * time.Minute,
 			Test:     filesGlobNames},
@@ -37,7 +37,7 @@ func nameCases() []testCase {
 			// As many file calls as glob-names, on every path.
 			Deadline: 4 * time.Minute,
 			Test:     filesDashNames},
-		{Name: "files/no-host-copy", Promise: "the file calls leave nothing of the data on the host: no file written in os.TempDir() or /var/tmp during the case holds it",
+		{Name: "files/no-host-copy", AcrossPaths: true, Promise: "the file calls leave nothing of the data on the host: no file written in os.TempDir() or /var/tmp during the case holds it",
 			Test: filesNoHostCopy},
 	}
 }

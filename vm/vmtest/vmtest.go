@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,11 @@ type testCase struct {
 	Uncreated bool
 	// Deadline bounds the case, as a watchdog; zero means a minute.
 	Deadline time.Duration
+	// AcrossPaths: the observations are the same whichever way the
+	// calls travel (podvm's agent or Podman's exec sessions and copies,
+	// [Harness.Tracked]), and [RunParity] compares them across both.
+	// Without it, it compares backends of the same way only.
+	AcrossPaths bool
 	// Test exercises v and returns what it observed, for comparison
 	// across backends. It reports failures with t.Errorf/t.Fatalf.
 	Test func(ctx context.Context, t *testing.T, v vm.VM) []observation
@@ -145,39 +151,54 @@ func Run(t *testing.T, h Harness) {
 }
 
 // RunParity runs each case on every backend and requires the observations
-// to be identical, field by field (Duration excepted).
+// to be identical, field by field (Duration excepted): those of backends
+// that run commands the same way ([Harness.Tracked]), and, for a case
+// whose promise holds on every path, those of all backends.
 func RunParity(t *testing.T, backends map[string]Harness) {
 	var names []string
 	for name := range backends {
 		names = append(names, name)
 	}
+	slices.Sort(names)
 	for i, c := range cases(nil) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			seen := map[string][]observation{}
 			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for name, h := range backends {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					// Each backend in its own subtest, so that its failures
-					// and skips stay its own; the case is built for it.
-					t.Run(name, func(t *testing.T) {
-						obs := runCase(t, cases(h)[i], h)
-						mu.Lock()
-						seen[name] = obs
-						mu.Unlock()
-					})
-				}()
-			}
-			wg.Wait()
-			for _, name := range names[1:] {
-				if seen[names[0]] == nil || seen[name] == nil {
-					return // skipped or failed: nothing to compare
+			// The backends of one path at once, then those of the other:
+			// as many sandboxes at a time as a parity run of one path.
+			for _, tracked := range []bool{true, false} {
+				var wg sync.WaitGroup
+				for name, h := range backends {
+					if h.Tracked() != tracked {
+						continue
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						// Each backend in its own subtest, so that its failures
+						// and skips stay its own; the case is built for it.
+						t.Run(name, func(t *testing.T) {
+							obs := runCase(t, cases(h)[i], h)
+							mu.Lock()
+							seen[name] = obs
+							mu.Unlock()
+						})
+					}()
 				}
-				if diff := compare(seen[names[0]], seen[name]); diff != "" {
-					t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, names[0], name, c.Promise, diff)
+				wg.Wait()
+			}
+			for j, a := range names {
+				for _, b := range names[j+1:] {
+					if !c.AcrossPaths && backends[a].Tracked() != backends[b].Tracked() {
+						continue // the documented differences of the paths
+					}
+					if seen[a] == nil || seen[b] == nil {
+						continue // skipped or failed: nothing to compare
+					}
+					if diff := compare(seen[a], seen[b]); diff != "" {
+						t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, a, b, c.Promise, diff)
+					}
 				}
 			}
 		})

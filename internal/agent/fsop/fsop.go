@@ -20,8 +20,8 @@ const (
 	CodeFailed Code = 1
 	// CodeNotExist: the path, or one of its parents, does not exist.
 	CodeNotExist Code = 64
-	// CodeInvalid: the file is of the wrong kind (a directory, not a
-	// directory, not a regular file) or an argument is bad.
+	// CodeInvalid: the file is of the wrong kind (not a regular file,
+	// where a directory has a code of its own) or an argument is bad.
 	CodeInvalid Code = 65
 	// CodeUnsafe: an entry would land outside the destination, or cannot
 	// be carried faithfully (a socket in a tar, a device to create).
@@ -30,6 +30,22 @@ const (
 	CodeTooLarge Code = 67
 	// CodeExist: something exists where it must not.
 	CodeExist Code = 68
+	// CodeIsDir: a directory where a file must be (EISDIR).
+	CodeIsDir Code = 69
+	// CodeNotDir: a file where a directory must be, the path's own or
+	// one above it (ENOTDIR).
+	CodeNotDir Code = 70
+	// CodeNameTooLong: a name or the path is too long (ENAMETOOLONG).
+	CodeNameTooLong Code = 71
+	// CodePermission: the operation is not permitted (EACCES, EPERM).
+	CodePermission Code = 72
+	// CodeReadOnly: the filesystem is read-only (EROFS).
+	CodeReadOnly Code = 73
+	// CodeLoop: too many levels of symbolic links (ELOOP).
+	CodeLoop Code = 74
+	// CodeNoSpace: the filesystem, or the user's quota on it, is full
+	// (ENOSPC, EDQUOT).
+	CodeNoSpace Code = 75
 )
 
 // bufSize is the size of every copy buffer.

@@ -17,20 +17,30 @@ import (
 // errnoCode maps the errno in err, if any, to an exit code.
 func errnoCode(err error) Code {
 	var errno unix.Errno
-	if !errors.As(err, &errno) {
-		return CodeFailed
-	}
-	switch errno {
-	case unix.ENOENT:
-		return CodeNotExist
-	case unix.EISDIR, unix.ENOTDIR, unix.EINVAL, unix.ENAMETOOLONG:
-		return CodeInvalid
-	case unix.EEXIST, unix.ENOTEMPTY:
-		return CodeExist
-	case unix.EFBIG:
-		return CodeTooLarge
+	if errors.As(err, &errno) {
+		if code, ok := errnoCodes[errno]; ok {
+			return code
+		}
 	}
 	return CodeFailed
+}
+
+// errnoCodes are the errno values with a code of their own.
+var errnoCodes = map[unix.Errno]Code{
+	unix.ENOENT:       CodeNotExist,
+	unix.EINVAL:       CodeInvalid,
+	unix.EISDIR:       CodeIsDir,
+	unix.ENOTDIR:      CodeNotDir,
+	unix.ENAMETOOLONG: CodeNameTooLong,
+	unix.EACCES:       CodePermission,
+	unix.EPERM:        CodePermission,
+	unix.EROFS:        CodeReadOnly,
+	unix.ELOOP:        CodeLoop,
+	unix.ENOSPC:       CodeNoSpace,
+	unix.EDQUOT:       CodeNoSpace,
+	unix.EEXIST:       CodeExist,
+	unix.ENOTEMPTY:    CodeExist,
+	unix.EFBIG:        CodeTooLarge,
 }
 
 // hasOpenat2 reports whether the kernel has openat2 (Linux 5.6).
@@ -195,7 +205,7 @@ func writeFile(path string, size int64, perm uint32, r io.Reader) error {
 		return err
 	}
 	if size >= 0 && n != size {
-		return failf(CodeFailed, "%d bytes came, not %d", n, size)
+		return failf(CodeInvalid, "%d bytes came, not %d", n, size)
 	}
 	// After the data: writing clears setuid and setgid.
 	if err := unix.Fchmod(fd, perm); err != nil {

@@ -148,15 +148,15 @@ func TestRead(t *testing.T) {
 		{"no cap", []string{dir + "/file", "-1"}, result{0, "hello", ""}},
 		{"over the cap", []string{dir + "/file", "4"}, result{int(CodeTooLarge), "", "5 bytes, over the cap of 4\n"}},
 		{"a symlink chain", []string{dir + "/link1", "100"}, result{0, "hello", ""}},
-		{"a directory", []string{dir + "/dir", "100"}, result{int(CodeInvalid), "", "is a directory\n"}},
-		{"a symlink to a directory", []string{dir + "/dirlink", "100"}, result{int(CodeInvalid), "", "is a directory\n"}},
+		{"a directory", []string{dir + "/dir", "100"}, result{int(CodeIsDir), "", "is a directory\n"}},
+		{"a symlink to a directory", []string{dir + "/dirlink", "100"}, result{int(CodeIsDir), "", "is a directory\n"}},
 		{"a FIFO", []string{dir + "/fifo", "100"}, result{int(CodeInvalid), "", "not a regular file (p---------)\n"}},
 		{"a socket", []string{dir + "/sock", "100"}, result{int(CodeInvalid), "", "not a regular file (S---------)\n"}},
 		{"a device", []string{"/dev/null", "100"}, result{int(CodeInvalid), "", "not a regular file (Dc---------)\n"}},
 		{"missing", []string{dir + "/missing", "100"}, result{int(CodeNotExist), "", "no such file or directory\n"}},
 		{"a missing parent", []string{dir + "/missing/x", "100"}, result{int(CodeNotExist), "", "no such file or directory\n"}},
 		{"a dangling symlink", []string{dir + "/dangling", "100"}, result{int(CodeNotExist), "", "no such file or directory\n"}},
-		{"a file as a parent", []string{dir + "/file/x", "100"}, result{int(CodeInvalid), "", "not a directory\n"}},
+		{"a file as a parent", []string{dir + "/file/x", "100"}, result{int(CodeNotDir), "", "not a directory\n"}},
 		{"a relative path", []string{"file", "100"}, result{int(CodeInvalid), "", "not an absolute path\n"}},
 		{"a bad cap", []string{dir + "/file", "x"}, result{int(CodeInvalid), "", "bad cap \"x\"\n"}},
 		{"too few arguments", []string{dir + "/file"}, result{int(CodeInvalid), "", "read takes 2 arguments, not 1\n"}},
@@ -166,7 +166,7 @@ func TestRead(t *testing.T) {
 			name string
 			args []string
 			want result
-		}{"a magic link", []string{"/proc/self/fd/" + strconv.Itoa(int(open.Fd())), "100"}, result{1, "", "too many levels of symbolic links\n"}})
+		}{"a magic link", []string{"/proc/self/fd/" + strconv.Itoa(int(open.Fd())), "100"}, result{int(CodeLoop), "", "too many levels of symbolic links\n"}})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -249,7 +249,7 @@ func TestWrite(t *testing.T) {
 		{
 			name:  "a directory",
 			setup: func(t *testing.T, dir string) { require.NoError(t, os.Mkdir(dir+"/f", 0o700)) },
-			args:  []string{"3", "644"}, stdin: "new", want: result{int(CodeInvalid), "", "is a directory\n"},
+			args:  []string{"3", "644"}, stdin: "new", want: result{int(CodeIsDir), "", "is a directory\n"},
 		},
 		{
 			name: "a symlink to a directory is replaced",
@@ -259,16 +259,16 @@ func TestWrite(t *testing.T) {
 			},
 			args: []string{"3", "644"}, stdin: "new", mode: 0o644,
 		},
-		{name: "too few bytes", args: []string{"5", "644"}, stdin: "abc", want: result{1, "", "3 bytes came, not 5\n"}},
-		{name: "too many bytes", args: []string{"5", "644"}, stdin: "abcdefg", want: result{1, "", "7 bytes came, not 5\n"}},
+		{name: "too few bytes", args: []string{"5", "644"}, stdin: "abc", want: result{int(CodeInvalid), "", "3 bytes came, not 5\n"}},
+		{name: "too many bytes", args: []string{"5", "644"}, stdin: "abcdefg", want: result{int(CodeInvalid), "", "7 bytes came, not 5\n"}},
 		{name: "a bad size", args: []string{"-2", "644"}, want: result{int(CodeInvalid), "", "bad size \"-2\"\n"}},
 		{name: "bad permissions", args: []string{"0", "17777"}, want: result{int(CodeInvalid), "", "bad permissions \"17777\"\n"}},
 		{name: "permissions not octal", args: []string{"0", "9"}, want: result{int(CodeInvalid), "", "bad permissions \"9\"\n"}},
 		{name: "a missing parent", args: []string{"write", "D/missing/f", "0", "644"}, want: result{int(CodeNotExist), "", "no such file or directory\n"}},
 		{name: "a file as a parent", setup: func(t *testing.T, dir string) { write(t, dir+"/f", "", 0o600) },
-			args: []string{"write", "D/f/g", "0", "644"}, want: result{int(CodeInvalid), "", "not a directory\n"}},
-		{name: "a path ending in /", args: []string{"write", "D/", "0", "644"}, want: result{int(CodeInvalid), "", "is a directory\n"}},
-		{name: "the root", args: []string{"write", "/", "0", "644"}, want: result{int(CodeInvalid), "", "is a directory\n"}},
+			args: []string{"write", "D/f/g", "0", "644"}, want: result{int(CodeNotDir), "", "not a directory\n"}},
+		{name: "a path ending in /", args: []string{"write", "D/", "0", "644"}, want: result{int(CodeIsDir), "", "is a directory\n"}},
+		{name: "the root", args: []string{"write", "/", "0", "644"}, want: result{int(CodeIsDir), "", "is a directory\n"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -359,7 +359,7 @@ func TestList(t *testing.T) {
 		assert.Equal(t, fs.ModeSocket, byName["sock"].Mode.Type())
 	}
 
-	assert.Equal(t, result{int(CodeInvalid), "", "not a directory\n"}, call(t, "", "list", dir+"/file"))
+	assert.Equal(t, result{int(CodeNotDir), "", "not a directory\n"}, call(t, "", "list", dir+"/file"))
 	assert.Equal(t, result{int(CodeNotExist), "", "no such file or directory\n"}, call(t, "", "list", dir+"/missing"))
 }
 

@@ -455,7 +455,7 @@ func TestTarIn(t *testing.T) {
 			name:  "a file over a directory",
 			setup: func(t *testing.T, dst, outside string) { require.NoError(t, os.Mkdir(dst+"/d", 0o700)) },
 			ents:  []ent{reg("d", "", 0o644)},
-			code:  CodeInvalid, msg: `entry "d": is a directory`,
+			code:  CodeIsDir, msg: `entry "d": is a directory`,
 		},
 		{
 			name:  "a directory over a file",
@@ -597,7 +597,7 @@ func TestTarInDestination(t *testing.T) {
 	stream := archive(t, reg("f", "f", 0o644))
 
 	assert.Equal(t, result{int(CodeNotExist), "", "no such file or directory\n"}, call(t, stream, "tar-in", dir+"/missing"))
-	assert.Equal(t, result{int(CodeInvalid), "", "not a directory\n"}, call(t, stream, "tar-in", dir+"/file"))
+	assert.Equal(t, result{int(CodeNotDir), "", "not a directory\n"}, call(t, stream, "tar-in", dir+"/file"))
 	assert.Equal(t, result{0, "", ""}, call(t, stream, "tar-in", dir+"/link"))
 	assert.FileExists(t, dir+"/d/f", "through the symlink")
 
@@ -638,8 +638,8 @@ func TestRoundTrip(t *testing.T) {
 func TestCodes(t *testing.T) {
 	t.Parallel()
 	for err, want := range map[error]Code{
-		unix.ENOENT: CodeNotExist, unix.EISDIR: CodeInvalid, unix.ENOTDIR: CodeInvalid,
-		unix.EEXIST: CodeExist, unix.EACCES: CodeFailed, errOut: CodeUnsafe,
+		unix.ENOENT: CodeNotExist, unix.EISDIR: CodeIsDir, unix.ENOTDIR: CodeNotDir, unix.ENAMETOOLONG: CodeNameTooLong, unix.EINVAL: CodeInvalid,
+		unix.EEXIST: CodeExist, unix.EACCES: CodePermission, unix.EPERM: CodePermission, unix.EROFS: CodeReadOnly, unix.ELOOP: CodeLoop, unix.ENOSPC: CodeNoSpace, unix.EIO: CodeFailed, errOut: CodeUnsafe,
 		errors.New("x"): CodeFailed, failf(CodeTooLarge, "x"): CodeTooLarge,
 	} {
 		assert.Equal(t, want, codeOf(err), "%v", err)
