@@ -14,8 +14,8 @@
 # namespaces with it, so nothing the rootless service starts, whatever
 # podvm does, can hold more tasks than that. It is a net for the machine,
 # not podvm's enforcement: on a cgroup v1 host rootless Podman has no
-# cgroup controllers, and podvm bounds each sandbox itself (README,
-# Compatibility).
+# cgroup controllers, and podvm bounds each sandbox itself
+# (docs/compatibility.md).
 #
 # Env: PODVM_ROOTLESS_USER  the user (default podvm-rootless; created as a
 #                           system user, home /var/lib/$USER, with

@@ -82,6 +82,28 @@ type Mount struct {
 
 // Config describes a sandbox. Only Image is required; every zero field has
 // a safe default, documented on it.
+//
+// On Podman a Config becomes one container. [CLIVM] makes it with these
+// flags of `podman run -d` (of `podman create`, when the agent is PID 1),
+// and [APIVM] sends the same settings to the service as a spec:
+//
+//   - Image: the image, with --pull never: Create has already made it
+//     present as Pull says, from a registry or from ImageArchive.
+//   - Name: --name. Labels: --label, with podvm's own ([ManagedLabels]).
+//   - Network: --network, "none" unless set.
+//   - Memory: --memory and --memory-swap, the same value: swap included.
+//   - CPUs: --cpus.
+//   - Pids: --pids-limit, [DefaultPids] unless set ([NoPidsLimit]: -1).
+//   - ReadOnlyRootfs: --read-only --read-only-tmpfs.
+//   - Mounts: -v source:target, with :ro when ReadOnly. Workdir:
+//     --workdir. User: --user. Env: --env, one per entry.
+//   - Always: --security-opt no-new-privileges, --cap-drop all and
+//     --cap-add [DefaultCapabilities], --http-proxy=false (the host's proxy
+//     variables stay out), and as entrypoint podvm's agent at /.podvm
+//     or, with PodmanExec, Podman's init (--init, catatonit) in pause mode.
+//
+// On Kubernetes a Config becomes a Pod instead: see package
+// github.com/podvm/podvm/vm/kube.
 type Config struct {
 	// Image is the image reference, e.g. "localhost/podvm-test:latest".
 	Image string
@@ -121,8 +143,8 @@ type Config struct {
 	// no room (below 23, none), and each concurrent Run takes 8 more.
 	// With PodmanExec there is no agent: PID 1 is Podman's init.
 	Pids int64
-	// ReadOnlyRootfs mounts the image read-only, with a writable tmpfs on
-	// /tmp.
+	// ReadOnlyRootfs mounts the image read-only, with writable tmpfs
+	// mounts on /tmp, /var/tmp and /run.
 	ReadOnlyRootfs bool
 	// Labels are added to podvm's own labels (which cannot be overridden).
 	Labels map[string]string
