@@ -96,7 +96,7 @@ func (s *sandbox) handshake(ctx context.Context, rw io.ReadWriteCloser) (*agent.
 		why = fmt.Errorf("vm: starting the agent: %w", ctx.Err())
 		// The agent's hello says the start behind rw is done: closing rw
 		// before it may cut a podman client between the runtime's create
-		// and start (see toTheEnd).
+		// and start (see finishDespiteCancel).
 		select {
 		case h := <-done:
 			if h.c != nil {

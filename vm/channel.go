@@ -94,7 +94,7 @@ func (s *sandbox) connectAgent(ctx context.Context, id, dir string) (*agent.Clie
 	if err := os.Chmod(sock, 0o666); err != nil {
 		return nil, fmt.Errorf("vm: the agent's socket: %w", err)
 	}
-	if _, err := toTheEnd(ctx, "starting the container", func(ctx context.Context) (struct{}, error) {
+	if _, err := finishDespiteCancel(ctx, "starting the container", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, s.d.Start(ctx, id)
 	}); err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ var ErrInvalidPath = errors.New("vm: invalid sandbox path")
 // ([syscall.EROFS], [syscall.EISDIR], ...: see [WriteFile]), on every
 // path.
 func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
-	dir, st, err := s.at("copy into", dir)
+	dir, st, err := s.checkedPath("copy into", dir)
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (s *sandbox) CopyIn(ctx context.Context, dir string, r io.Reader) error {
 // sockets out. When CopyOut fails, w may have received part of a
 // stream.
 func (s *sandbox) CopyOut(ctx context.Context, p string, w io.Writer) error {
-	p, st, err := s.at("copy out", p)
+	p, st, err := s.checkedPath("copy out", p)
 	if err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ var errNoEntry = errors.New("the archive holds no entry")
 // copyOutUnchecked implements uncheckedCopier: CopyOut without the tar
 // guard, for a listing. Through the agent it is CopyOut.
 func (s *sandbox) copyOutUnchecked(ctx context.Context, p string, w io.Writer) error {
-	p, st, err := s.at("copy out", p)
+	p, st, err := s.checkedPath("copy out", p)
 	if err != nil {
 		return err
 	}
@@ -188,8 +188,8 @@ func (s *sandbox) firstEntry(ctx context.Context, id, p string) (*tar.Header, er
 	return nil, fmt.Errorf("%w: copy out %s: %w", ErrPodman, p, errNoEntry)
 }
 
-// at returns path p of a copy (op) cleaned, and the sandbox's state.
-func (s *sandbox) at(op, p string) (string, state, error) {
+// checkedPath returns path p of a copy (op) cleaned, and the sandbox's state.
+func (s *sandbox) checkedPath(op, p string) (string, state, error) {
 	if !path.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
 		return "", state{}, fmt.Errorf("%w: %s %q: want an absolute path in the sandbox", ErrInvalidPath, op, p)
 	}

@@ -193,7 +193,7 @@ func (s *sandbox) copyInAgent(ctx context.Context, dir string, r io.Reader) erro
 // already, through the agent without the guard's second pass, else
 // CopyIn.
 func (s *sandbox) copyInChecked(ctx context.Context, dir string, r io.Reader) error {
-	p, st, err := s.at("copy into", dir)
+	p, st, err := s.checkedPath("copy into", dir)
 	if err != nil || st.agent == nil {
 		return s.CopyIn(ctx, dir, r)
 	}

@@ -95,7 +95,7 @@ func (s *sandbox) kill(ctx context.Context, id, user, marker, name string) error
 	defer cancel()
 	script := killProcess(user, marker)
 	err := s.killOnce(kctx, id, script)
-	for err != nil && !permanent(err) && pause(kctx, 50*time.Millisecond) {
+	for err != nil && !permanent(err) && sleepCtx(kctx, 50*time.Millisecond) {
 		err = s.killOnce(kctx, id, script)
 	}
 	switch {
@@ -107,9 +107,9 @@ func (s *sandbox) kill(ctx context.Context, id, user, marker, name string) error
 	return fmt.Errorf("vm: %s: killing its processes in the sandbox: %w", name, err)
 }
 
-// pause waits d and reports whether ctx is still live; it returns false
+// sleepCtx waits d and reports whether ctx is still live; it returns false
 // as soon as ctx ends.
-func pause(ctx context.Context, d time.Duration) bool {
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
 		return false

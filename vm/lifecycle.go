@@ -178,7 +178,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 	rmErr := s.removeMade(cctx, id)
 	// A container caught mid-start (a start that ctx cut short goes on in
 	// the service) may refuse its removal for a moment: try again.
-	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && pause(cctx, 100*time.Millisecond) {
+	for rmErr != nil && !errors.Is(rmErr, ErrUnavailable) && sleepCtx(cctx, 100*time.Millisecond) {
 		rmErr = s.removeMade(cctx, id)
 	}
 	switch {
@@ -297,7 +297,7 @@ func (s *sandbox) ensureImage(ctx context.Context) (string, error) {
 // see the caller's disk: the agent is copied into their sandboxes.
 var agentUnmountable sync.Map
 
-// createContainer runs the driver's create to its end (see toTheEnd),
+// createContainer runs the driver's create to its end (see finishDespiteCancel),
 // and returns the ID of what it made, if anything, and ctx's error when
 // ctx ended first.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
@@ -306,21 +306,21 @@ func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (strin
 		return "", err
 	}
 	spec.Labels[labelToken] = s.token
-	return toTheEnd(ctx, "create from "+s.cfg.Image, func(ctx context.Context) (string, error) {
+	return finishDespiteCancel(ctx, "create from "+s.cfg.Image, func(ctx context.Context) (string, error) {
 		return s.d.Create(ctx, spec)
 	})
 }
 
-// toTheEnd runs f, a change to the service's state, to its end even when
+// finishDespiteCancel runs f, a change to the service's state, to its end even when
 // ctx ends first, for a client that leaves halfway can leave behind what
 // no removal finds: Podman completes a create whose client left (a killed
 // podman client's service too) after the removal by label has found
 // nothing, and Podman 4.3 leaves the conmon and the `runc init` of a
 // start cut between the runtime's create and start on the host for good.
 // Once ctx has ended, f gets cleanupTimeout more, then its context is
-// cancelled. When ctx ended first, toTheEnd returns f's value (an ID to
+// cancelled. When ctx ended first, finishDespiteCancel returns f's value (an ID to
 // remove, say) and ctx's error, saying what was being done.
-func toTheEnd[T any](ctx context.Context, what string, f func(context.Context) (T, error)) (T, error) {
+func finishDespiteCancel[T any](ctx context.Context, what string, f func(context.Context) (T, error)) (T, error) {
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	type ended struct {

@@ -17,7 +17,7 @@ import (
 
 func TestToTheEnd(t *testing.T) {
 	t.Run("ends first", func(t *testing.T) {
-		v, err := toTheEnd(context.Background(), "x", func(context.Context) (string, error) { return "id", errors.New("boom") })
+		v, err := finishDespiteCancel(context.Background(), "x", func(context.Context) (string, error) { return "id", errors.New("boom") })
 		assert.Equal(t, "id", v)
 		assert.EqualError(t, err, "boom")
 	})
@@ -28,10 +28,10 @@ func TestToTheEnd(t *testing.T) {
 		go func() {
 			time.Sleep(20 * time.Millisecond)
 			cancel()
-			time.Sleep(50 * time.Millisecond) // toTheEnd still waits
+			time.Sleep(50 * time.Millisecond) // finishDespiteCancel still waits
 			close(release)
 		}()
-		v, err := toTheEnd(ctx, "create from img", func(fctx context.Context) (string, error) {
+		v, err := finishDespiteCancel(ctx, "create from img", func(fctx context.Context) (string, error) {
 			<-release
 			fctxErr = fctx.Err()
 			return "made", nil
@@ -42,7 +42,7 @@ func TestToTheEnd(t *testing.T) {
 		assert.EqualError(t, err, "vm: create from img: context canceled")
 	})
 	t.Run("f's goroutine exits", func(t *testing.T) {
-		_, err := toTheEnd(context.Background(), "start", func(context.Context) (int, error) {
+		_, err := finishDespiteCancel(context.Background(), "start", func(context.Context) (int, error) {
 			runtime.Goexit()
 			return 0, nil
 		})

@@ -49,7 +49,7 @@ const sniffBytes = 4 << 10
 // could not finish is part of the error.
 func (s *sandbox) Run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
 	res, err := s.run(ctx, cmd)
-	return s.ended(cmd.Name, res, err)
+	return s.blameRemove(cmd.Name, res, err)
 }
 
 // run is Run but for a Remove during the run.
@@ -175,13 +175,13 @@ func result(stdout, stderr *capture.Stream, code int, start time.Time) *exec.Res
 	}
 }
 
-// ended reports a run that Remove cut short as such. A run refused
+// blameRemove reports a run that Remove cut short as such. A run refused
 // before it started (an invalid command, or ErrRemoved already) is left
 // as it is. A run during which Remove began, and that ended by an error,
 // by a signal (the 137 of a process the removal killed) or with Podman's
 // own failure status 125 (Podman 5's CLI, when the container went
 // mid-exec), was ended by Remove; any other exit status stays data.
-func (s *sandbox) ended(name string, res *exec.Result, err error) (*exec.Result, error) {
+func (s *sandbox) blameRemove(name string, res *exec.Result, err error) (*exec.Result, error) {
 	if !s.state().removed || errors.Is(err, exec.ErrInvalidCommand) || errors.Is(err, ErrRemoved) {
 		return res, err
 	}

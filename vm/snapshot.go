@@ -434,7 +434,7 @@ func removeLostName(ctx context.Context, im podman.Imager, name, keep string) {
 		}
 		for try := 0; try < 3; try++ {
 			err := im.RemoveImage(ctx, img.ID)
-			if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !pause(ctx, 100*time.Millisecond) {
+			if err == nil || errors.Is(err, ErrImageNotFound) || errors.Is(err, ErrSnapshotInUse) || !sleepCtx(ctx, 100*time.Millisecond) {
 				break
 			}
 		}

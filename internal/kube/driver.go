@@ -559,7 +559,7 @@ func failure(p *corev1.Pod) error {
 	}
 	all := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
 	for _, st := range all {
-		if err := lacking(p.Name, st); err != nil {
+		if err := missingProgram(p.Name, st); err != nil {
 			return err
 		}
 		if w := st.State.Waiting; w != nil {
@@ -585,11 +585,11 @@ func failure(p *corev1.Pod) error {
 	return nil
 }
 
-// lacking says that container st of pod podName could not start because
+// missingProgram says that container st of pod podName could not start because
 // the image lacks a program podvm's pods run (/bin/sh for the gate and
 // the exec path's scripts, tar for Install, cat for the exec path's PID
 // 1), or nil when it is not that.
-func lacking(podName string, st corev1.ContainerStatus) error {
+func missingProgram(podName string, st corev1.ContainerStatus) error {
 	var msgs []string
 	if w := st.State.Waiting; w != nil && startReasons[w.Reason] {
 		msgs = append(msgs, w.Message)

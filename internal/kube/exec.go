@@ -551,11 +551,11 @@ func checkLines(checks []check) string {
 // extraction beneath its directory, in the archive's order: each
 // directory entry replaces a symlink in its place, and every parent of
 // an entry (and of a hard link's target) that no directory entry before
-// it made must not be a symlink. A link planted between the checks and the extraction is
+// it dirsMade must not be a symlink. A link planted between the checks and the extraction is
 // still followed (within the sandbox: tar runs there).
 func planted(r io.Reader) ([]check, error) {
 	tr := tar.NewReader(r)
-	made := map[string]bool{".": true}
+	dirsMade := map[string]bool{".": true}
 	seen := map[string]bool{}
 	var checks []check
 	for {
@@ -573,14 +573,14 @@ func planted(r io.Reader) ([]check, error) {
 		}
 		for _, n := range names {
 			for i := range len(n) {
-				if q := n[:i]; n[i] == '/' && !made[q] && !seen[q] {
+				if q := n[:i]; n[i] == '/' && !dirsMade[q] && !seen[q] {
 					seen[q] = true
 					checks = append(checks, check{"n", q})
 				}
 			}
 		}
-		if h.Typeflag == tar.TypeDir && !made[name] {
-			made[name] = true
+		if h.Typeflag == tar.TypeDir && !dirsMade[name] {
+			dirsMade[name] = true
 			checks = append(checks, check{"r", name})
 		}
 	}

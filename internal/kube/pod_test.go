@@ -301,7 +301,7 @@ func TestLacking(t *testing.T) {
 		{"exited 1", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "tar: short read"}}}, false},
 		{"running", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}, false},
 	} {
-		err := lacking("p", c.st)
+		err := missingProgram("p", c.st)
 		if !c.want {
 			assert.NoError(t, err, c.name)
 			continue

@@ -192,14 +192,14 @@ func Backend(opts ...Option) vm.Backend {
 // options cannot honour, then connects.
 func opener(o options) driver.Opener {
 	return func(ctx context.Context, cfg any) (driver.Driver, error) {
-		io := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse}
+		iopts := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse}
 		if cfg != nil {
 			c, ok := cfg.(vm.Config)
 			if !ok {
 				return nil, fmt.Errorf("%w: %T is not a vm.Config", vm.ErrInvalidConfig, cfg)
 			}
 			var err error
-			if io.PullPolicy, err = check(c, io); err != nil {
+			if iopts.PullPolicy, err = check(c, iopts); err != nil {
 				return nil, err
 			}
 		}
@@ -210,8 +210,8 @@ func opener(o options) driver.Opener {
 		if err != nil {
 			return nil, err
 		}
-		io.Namespace = ns
-		return ikube.New(cl, io), nil
+		iopts.Namespace = ns
+		return ikube.New(cl, iopts), nil
 	}
 }
 

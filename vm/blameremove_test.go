@@ -12,7 +12,7 @@ import (
 
 // Only a run that Remove began during, and that ended as Remove ends runs,
 // is reported as removed.
-func TestEnded(t *testing.T) {
+func TestBlameRemove(t *testing.T) {
 	boom := errors.New("boom")
 	for _, c := range []struct {
 		name       string
@@ -35,7 +35,7 @@ func TestEnded(t *testing.T) {
 			if c.removedNow {
 				s.st.Store(&state{removed: true})
 			}
-			res, err := s.ended("sh", c.res, c.err)
+			res, err := s.blameRemove("sh", c.res, c.err)
 			assert.Same(t, c.res, res)
 			assert.Equal(t, c.removed, errors.Is(err, ErrRemoved), "%v", err)
 			if c.err != nil {
