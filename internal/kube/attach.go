@@ -1,0 +1,289 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/podvm/podvm/internal/driver"
+)
+
+// This file is how the driver talks to a pod's containers: attach and
+// exec sessions, each a stream of its own, and the attach's held stdin.
+
+// lifeline attaches to cat's stdin in Main of pod id, and keeps the
+// attach. A line written to it comes back once the attach is up; only
+// then does the pod's end hang on this process's.
+func (d *Driver) lifeline(ctx context.Context, id string) error {
+	pr, pw := io.Pipe()
+	echo := &firstByte{seen: make(chan struct{})}
+	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
+		remotecommand.StreamOptions{Stdin: pr, Stdout: echo})
+	if err != nil {
+		return err
+	}
+	line.closers = append(line.closers, pw)
+	go func() { _, _ = pw.Write([]byte("\n")) }()
+	select {
+	case <-echo.seen:
+		d.mu.Lock()
+		d.held[id] = line
+		d.mu.Unlock()
+		return nil
+	case <-line.done:
+		line.Close() // the newline's writer is blocked on the pipe
+		if line.err == nil {
+			return fmt.Errorf("%w: kube: pod %s: cat ended", driver.ErrContainerNotRunning, id)
+		}
+		return classify("attach to", id, line.err)
+	case <-ctx.Done():
+		line.Close()
+		return fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+	}
+}
+
+// firstByte closes seen at the first byte written to it, and drops them
+// all.
+type firstByte struct {
+	seen chan struct{}
+	once sync.Once
+}
+
+func (f *firstByte) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		f.once.Do(func() { close(f.seen) })
+	}
+	return len(p), nil
+}
+
+// Attach attaches to the stdio of Main of pod id and opens the gate
+// (pod.go) by writing a line: the agent's handshake comes next, and its
+// first byte says the attach holds. Until then it tries again while the
+// kubelet says Main is not running yet (its status, which the kubelet
+// reports a second or more late, is not waited for).
+func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	var a *attached
+	err := d.retry(ctx, id, "attaching to the agent", func() (bool, error) {
+		var err error
+		a, err = d.attach(ctx, id)
+		return true, err
+	})
+	return a, err
+}
+
+// attach is one attempt of Attach.
+func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	// Not stderr: the agent puts /dev/null on its fd 2 as it starts, and
+	// containerd ends an attach whose stderr reached its end, closing the
+	// container's stdin with it (stdinOnce), and so the agent.
+	first := &firstByte{seen: make(chan struct{})}
+	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
+		remotecommand.StreamOptions{Stdin: inR, Stdout: io.MultiWriter(first, outW)})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, inW, outR)
+	go func() {
+		<-s.done
+		why := s.err
+		if why == nil {
+			why = io.EOF
+		}
+		outW.CloseWithError(why)
+	}()
+	go func() {
+		// The gate: written once the stream is up, whenever that is.
+		_, _ = inW.Write([]byte("\n"))
+	}()
+	select {
+	case <-first.seen:
+		// Held for Remove, which waits for it to end (the agent's exit)
+		// before deleting the pod.
+		d.mu.Lock()
+		d.held[id] = s
+		d.mu.Unlock()
+		return &attached{s: s, in: inW, out: outR}, nil
+	case <-s.done:
+		s.Close() // the gate's writer is blocked on the pipe
+		if s.err == nil {
+			return nil, fmt.Errorf("%w: kube: pod %s: the agent's stream ended before its handshake", driver.ErrContainerNotRunning, id)
+		}
+		return nil, classify("attach to", id, s.err)
+	case <-ctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+	}
+}
+
+// attached is Main's stdio as a stream: reads are its stdout, writes its
+// stdin.
+type attached struct {
+	s   *stream
+	in  *io.PipeWriter
+	out *io.PipeReader
+}
+
+func (a *attached) Read(p []byte) (int, error) { return a.out.Read(p) }
+
+func (a *attached) Write(p []byte) (int, error) { return a.in.Write(p) }
+
+// Close closes Main's stdin, and so ends the agent (stdinOnce: it kills
+// everything and exits), and stops reading its stdout. It does not cut
+// the attach: that ends by itself once the agent has exited, which
+// [Driver.Remove], called after Close or not, waits for. Past endWait
+// it is cut anyway.
+func (a *attached) Close() error {
+	a.s.closeStdin()
+	go a.s.end(context.Background(), endWait)
+	return nil
+}
+
+// stream is one attach or exec session, run in a goroutine of its own
+// until it ends or is closed.
+type stream struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error       // once done is closed
+	closers []io.Closer // the session's stdin, and what reads its output
+	once    sync.Once   // closes the closers
+}
+
+// Close ends the session and waits (a moment at most) for it to return.
+//
+// It first closes the session's stdin (the closers), which ends an
+// attach to a stdinOnce container by itself (the container exits), and
+// gives it a moment (250 ms) to: a connection cut under it makes
+// client-go log its goroutines' read errors.
+func (s *stream) Close() error {
+	s.end(context.Background(), 250*time.Millisecond)
+	return nil
+}
+
+// closeStdin closes the session's stdin (the closers), once.
+func (s *stream) closeStdin() {
+	s.once.Do(func() {
+		for _, c := range s.closers {
+			c.Close()
+		}
+	})
+}
+
+// end closes the session's stdin and waits for the session to end by
+// itself, until bound has passed or ctx ends; then it cuts the session,
+// and waits (a moment at most) for it to return.
+func (s *stream) end(ctx context.Context, bound time.Duration) {
+	s.closeStdin()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-s.done:
+		return
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// open starts the session sub ("attach" or "exec") on pod id with
+// params, streaming so, in a goroutine: the session outlives the call
+// that opened it, until it ends or is closed.
+func (d *Driver) open(id, sub string, params kruntime.Object, so remotecommand.StreamOptions) (*stream, error) {
+	ex, err := d.executor(id, sub, params)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stream{cancel: cancel, done: make(chan struct{})}
+	if sub == "attach" && so.Stdin != nil {
+		so.Stdin = &heldStdin{r: so.Stdin, ended: s.done, opened: time.Now()}
+	}
+	go func() {
+		defer close(s.done)
+		defer cancel()
+		s.err = ex.StreamWithContext(ctx, so)
+	}()
+	return s, nil
+}
+
+// heldStdin holds the first Read of an attach's stdin for a while (see
+// hold), and is at its end if the session ends first. An attach to a
+// container the kubelet has made but not started yet is upgraded, then
+// reset: client-go logs the write of stdin that meets the reset
+// ("Unhandled Error ... connection reset by peer", on the process's
+// stderr, once for about every Create), while an attach that ends before
+// any write of stdin is simply an error, which the retries expect.
+type heldStdin struct {
+	r      io.Reader
+	ended  <-chan struct{}
+	opened time.Time // when the session was asked for
+	once   sync.Once
+	eof    bool
+}
+
+// stdinHold and maxStdinHold bound how long an attach's stdin is held.
+const (
+	stdinHold    = 40 * time.Millisecond
+	maxStdinHold = time.Second
+)
+
+// hold is how long to hold stdin, given how long the upgrade took (the
+// first Read comes right after it). The reset comes 10-20 ms after the
+// upgrade on a quiet machine; on a busy one both take longer, in
+// proportion: a fixed hold that a quiet machine needs fails a loaded one.
+func hold(upgrade time.Duration) time.Duration {
+	return min(max(stdinHold, 3*upgrade), maxStdinHold)
+}
+
+func (h *heldStdin) Read(p []byte) (int, error) {
+	h.once.Do(func() {
+		t := time.NewTimer(hold(time.Since(h.opened)))
+		defer t.Stop()
+		select {
+		case <-h.ended:
+			h.eof = true
+		case <-t.C:
+		}
+	})
+	if h.eof {
+		return 0, io.EOF
+	}
+	return h.r.Read(p)
+}
+
+// executor is kubectl's: WebSocket, falling back to SPDY where the
+// server cannot upgrade to it.
+func (d *Driver) executor(id, sub string, params kruntime.Object) (remotecommand.Executor, error) {
+	req := d.c.CS.CoreV1().RESTClient().Post().Resource("pods").Namespace(d.o.Namespace).Name(id).
+		SubResource(sub).VersionedParams(params, scheme.ParameterCodec)
+	return newExecutor(d.c.REST, req.URL())
+}
+
+func newExecutor(rc *rest.Config, u *url.URL) (remotecommand.Executor, error) {
+	spdy, err := remotecommand.NewSPDYExecutor(rc, "POST", u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kube: %w", driver.ErrPodman, err)
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: kube: %w", driver.ErrPodman, err)
+	}
+	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+}

@@ -1,0 +1,138 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvm/podvm/internal/driver"
+)
+
+// This file is how a pod's trouble becomes an error: its status read for
+// the reason a container could not start, and the retries that wait for it.
+
+// retry calls attempt until it succeeds or fails for good (again false),
+// while pod id may still get where attempt wants it: a failure that the
+// pod's status explains is returned as that, one that the API server
+// refuses for good (forbidden) at once, and others are tried again every
+// 100 ms, until ctx ends.
+func (d *Driver) retry(ctx context.Context, id, what string, attempt func() (again bool, err error)) error {
+	for {
+		again, err := attempt()
+		if err == nil || !again || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || ctx.Err() != nil {
+			return err
+		}
+		p, gerr := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
+		switch {
+		case gerr != nil:
+			return classify("get pod", id, gerr)
+		case failure(p) != nil:
+			return failure(p)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("vm: kube: %s (pod %s, %s): %w (last: %v)", what, id, describe(p), ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// status returns the status of container name, or nil.
+func status(list []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// imageReasons are the kubelet's reasons for a container waiting on an
+// image it does not have and may not, or cannot, pull.
+var imageReasons = map[string]bool{"ErrImageNeverPull": true, "ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true}
+
+// startReasons are the kubelet's reasons for a container it could not
+// make or start.
+var startReasons = map[string]bool{"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true}
+
+// failure says why pod p will not get where a wait wants it, or nil while
+// it may.
+func failure(p *corev1.Pod) error {
+	if p.DeletionTimestamp != nil {
+		return fmt.Errorf("%w: kube: pod %s is being deleted", driver.ErrContainerNotRunning, p.Name)
+	}
+	all := append(append([]corev1.ContainerStatus(nil), p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+	for _, st := range all {
+		if err := missingProgram(p.Name, st); err != nil {
+			return err
+		}
+		if w := st.State.Waiting; w != nil {
+			switch {
+			case imageReasons[w.Reason]:
+				return fmt.Errorf("%w: kube: pod %s: %s: %s", driver.ErrImageNotFound, p.Name, w.Reason, w.Message)
+			case startReasons[w.Reason]:
+				return fmt.Errorf("%w: kube: pod %s: container %s: %s: %s", driver.ErrPodman, p.Name, st.Name, w.Reason, w.Message)
+			}
+		}
+		if t := st.State.Terminated; t != nil {
+			switch {
+			case st.Name == Install && t.ExitCode != 0:
+				return fmt.Errorf("%w: kube: pod %s: installing the agent: tar exited %d (%s): %s", driver.ErrPodman, p.Name, t.ExitCode, t.Reason, t.Message)
+			case st.Name == Main:
+				return fmt.Errorf("%w: kube: pod %s: its container exited %d (%s): %s", driver.ErrContainerNotRunning, p.Name, t.ExitCode, t.Reason, t.Message)
+			}
+		}
+	}
+	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return fmt.Errorf("%w: kube: pod %s has ended (%s): %s %s", driver.ErrContainerNotRunning, p.Name, p.Status.Phase, p.Status.Reason, p.Status.Message)
+	}
+	return nil
+}
+
+// missingProgram says that container st of pod podName could not start because
+// the image lacks a program podvm's pods run (/bin/sh for the gate and
+// the exec path's scripts, tar for Install, cat for the exec path's PID
+// 1), or nil when it is not that.
+func missingProgram(podName string, st corev1.ContainerStatus) error {
+	var msgs []string
+	if w := st.State.Waiting; w != nil && startReasons[w.Reason] {
+		msgs = append(msgs, w.Message)
+	}
+	if t := st.State.Terminated; t != nil && t.ExitCode != 0 {
+		msgs = append(msgs, t.Message)
+	}
+	if t := st.LastTerminationState.Terminated; t != nil {
+		msgs = append(msgs, t.Message)
+	}
+	// runc: exec: "tar": executable file not found in $PATH; crun:
+	// executable file `tar` not found in $PATH; either, for a path:
+	// exec: "/bin/sh": stat /bin/sh: no such file or directory.
+	i := slices.IndexFunc(msgs, func(msg string) bool {
+		return strings.Contains(msg, "not found in $PATH") || strings.Contains(msg, "exec") && strings.Contains(msg, "no such file or directory")
+	})
+	if i < 0 {
+		return nil
+	}
+	msg := msgs[i]
+	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
+}
+
+// describe says where pod p is, for an error after a wait timed out.
+func describe(p *corev1.Pod) string {
+	if p == nil {
+		return "not seen"
+	}
+	s := "phase " + string(p.Status.Phase)
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			s += fmt.Sprintf("; %s: %s", c.Type, c.Message)
+		}
+	}
+	return s
+}
