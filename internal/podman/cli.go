@@ -2,7 +2,6 @@ package podman
 
 import (
 	"archive/tar"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/hex"
@@ -11,14 +10,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/podvm/podvm/exec"
@@ -189,59 +185,6 @@ func (d CLI) Create(ctx context.Context, spec Spec) (string, error) {
 	return id, nil
 }
 
-// CreateArgs is the argv of `podman run -d` for spec or, with an agent as
-// PID 1, of `podman create`. It is exported for package vm's fuzz test of
-// what its config validation promises.
-func CreateArgs(c Spec) []string {
-	a := []string{"run", "-d"}
-	if c.Agent != "" {
-		a = []string{"create", "-i", "--log-driver", "none"}
-	}
-	a = append(a, "--pull", "never") // the caller made the image present
-	a = appendFlag(a, "--name", c.Name)
-	for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
-		a = append(a, "--label", k+"="+c.Labels[k])
-	}
-	a = append(a,
-		"--network", c.Network,
-		"--security-opt", "no-new-privileges",
-		"--cap-drop", "all",
-		"--cap-add", strings.Join(c.Capabilities, ","),
-	)
-	if c.Pids != 0 {
-		a = append(a, "--pids-limit", strconv.FormatInt(c.Pids, 10))
-	}
-	// Podman passes the host's proxy variables by default.
-	a = append(a, "--http-proxy=false")
-	if c.Memory > 0 {
-		m := strconv.FormatInt(c.Memory, 10)
-		a = append(a, "--memory", m, "--memory-swap", m) // swap included
-	}
-	if c.CPUs > 0 {
-		a = append(a, "--cpus", strconv.FormatFloat(c.CPUs, 'f', -1, 64))
-	}
-	if c.ReadOnlyRootfs {
-		a = append(a, "--read-only", "--read-only-tmpfs")
-	}
-	for _, m := range c.Mounts {
-		spec := m.Source + ":" + m.Target
-		if m.ReadOnly {
-			spec += ":ro"
-		}
-		a = append(a, "-v", spec)
-	}
-	a = appendFlag(appendFlag(a, "--workdir", c.Workdir), "--user", c.User)
-	for _, e := range c.Env {
-		a = append(a, "--env", e)
-	}
-	if c.Agent != "" {
-		entry, _ := json.Marshal(append([]string{c.Agent}, c.AgentArgs...))
-		return append(a, "--entrypoint", string(entry), c.Image)
-	}
-	init, _ := json.Marshal(initEntrypoint)
-	return append(a, "--init", "--entrypoint", string(init), c.Image)
-}
-
 // Exec runs p with `podman exec`, its stdio streamed through the
 // executor. podman's exit status is returned as it is: the caller tells
 // the command's from podman's own failures by content ([StartFailure]).
@@ -287,73 +230,6 @@ func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 	}
 	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
-}
-
-// endReader records that its reader has ended (io.EOF or an error), and
-// whether a Read is waiting for it.
-type endReader struct {
-	r       io.Reader
-	ended   atomic.Bool
-	waiting atomic.Int32
-}
-
-func (e *endReader) Read(p []byte) (int, error) {
-	e.waiting.Add(1)
-	n, err := e.r.Read(p)
-	e.waiting.Add(-1)
-	if err != nil {
-		e.ended.Store(true)
-	}
-	return n, err
-}
-
-// pending reports that, when podman exited, it still had stdin to send:
-// the reader had neither ended nor made podman wait for more.
-func (e *endReader) pending() bool {
-	return e != nil && !e.ended.Load() && e.waiting.Load() == 0
-}
-
-// reader returns e as an io.Reader, nil when e is nil.
-func (e *endReader) reader() io.Reader {
-	if e == nil {
-		return nil
-	}
-	return e
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	b   []byte
-	max int
-}
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-// execArgs is the argv of `podman exec` for p in container id.
-func execArgs(id string, p Process) []string {
-	a := []string{"exec"}
-	if p.Stdin != nil {
-		a = append(a, "-i")
-	}
-	for _, e := range p.Env {
-		a = append(a, "--env", e)
-	}
-	a = appendFlag(appendFlag(a, "--workdir", p.Workdir), "--user", p.User)
-	return append(append(a, id), p.Argv...)
-}
-
-// appendFlag appends flag and v to a unless v is empty.
-func appendFlag(a []string, flag, v string) []string {
-	if v == "" {
-		return a
-	}
-	return append(a, flag, v)
 }
 
 // CopyIn implements [Driver.CopyIn] with `podman cp - CTR:DIR`.
@@ -430,74 +306,6 @@ func (d CLI) nameable(p string) error {
 	return nil
 }
 
-// firstHeader is a writer that keeps the first tar header written to it
-// and calls stop once it has it, dropping the rest.
-type firstHeader struct {
-	mu   sync.Mutex
-	buf  []byte
-	h    *tar.Header
-	stop func()
-}
-
-func (f *firstHeader) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.h != nil || len(f.buf) >= 64<<10 {
-		return len(p), nil
-	}
-	f.buf = append(f.buf, p...)
-	// A header may span PAX records; try to read it at every write.
-	if h, err := tar.NewReader(bytes.NewReader(f.buf)).Next(); err == nil {
-		f.h = h
-		f.stop()
-	}
-	return len(p), nil
-}
-
-func (f *firstHeader) header() *tar.Header {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.h
-}
-
-// prefixTar copies the tar stream r to w with prefix, a relative path,
-// in front of every entry's name and every hard link's target.
-func prefixTar(w io.Writer, r io.Reader, prefix string) error {
-	tr, tw := tar.NewReader(r), tar.NewWriter(w)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return tw.Close()
-		}
-		if err != nil {
-			return err
-		}
-		h.Name = prefixName(prefix, h.Name)
-		if h.Typeflag == tar.TypeLink {
-			h.Linkname = prefixName(prefix, h.Linkname)
-		}
-		// The longer name may not fit the entry's format (USTAR holds
-		// 100 bytes and PAX only UTF-8): let the writer choose.
-		h.Format = tar.FormatUnknown
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return err
-		}
-	}
-}
-
-// prefixName joins prefix and name, keeping a directory's trailing
-// slash.
-func prefixName(prefix, name string) string {
-	p := path.Join(prefix, name)
-	if strings.HasSuffix(name, "/") {
-		p += "/"
-	}
-	return p
-}
-
 // CopyOut implements [Driver.CopyOut] with `podman cp CTR:PATH -`, PATH
 // a pattern that matches path alone ([globLiteral]). For podman-remote,
 // a byte that is not UTF-8 has to be a class that matches any such byte
@@ -531,41 +339,6 @@ func (d CLI) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
 		return fmt.Errorf("vm: copy out %s: %w in the sandbox (podman-remote matched another name)", p, fs.ErrNotExist)
 	}
 	return nil
-}
-
-type keptResult struct {
-	n   int
-	err error
-}
-
-// keepTree copies to w the entries of tar stream r whose top-level name
-// is top, and returns how many it kept.
-func keepTree(w io.Writer, r io.Reader, top string) (int, error) {
-	tr, tw := tar.NewReader(r), tar.NewWriter(w)
-	n := 0
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			_, err = io.Copy(io.Discard, r) // the padding after the trailer
-			if err == nil {
-				err = tw.Close()
-			}
-			return n, err
-		}
-		if err != nil {
-			return n, err
-		}
-		if first, _, _ := strings.Cut(strings.TrimPrefix(h.Name, "./"), "/"); first != top {
-			continue
-		}
-		n++
-		if err := tw.WriteHeader(h); err != nil {
-			return n, err
-		}
-		if _, err := io.Copy(tw, tr); err != nil {
-			return n, err
-		}
-	}
 }
 
 // Remove implements [Driver.Remove] with `podman rm -f -t 0`.
