@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,94 +286,6 @@ func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
 	return err
 }
 
-// snapshotRepo is the name of the snapshots podvm names itself.
-const snapshotRepo = "localhost/podvm-snapshot"
-
-var (
-	// An image name: an optional registry (with a '.' or ':', or
-	// localhost) and lowercase path components, as
-	// github.com/distribution/reference has them.
-	domainRE = regexp.MustCompile(`^(?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)$`)
-	pathRE   = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
-	tagRE    = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127}$`)
-	// What Podman's change parsing keeps verbatim in a label.
-	labelKeyRE   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._/-]*$`)
-	labelValueRE = regexp.MustCompile(`^[^\s,"'\\\x00-\x1f\x7f]*$`)
-	// What Podman looks up as an image ID, or a prefix of one (a single
-	// digit will do), before it looks for a name without a registry.
-	hexRE = regexp.MustCompile(`^[0-9a-f]+$`)
-	// An image's full ID, as Snapshot.ID holds it.
-	idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
-
-// reference returns the repository (with its registry) and tag the
-// snapshot is named by, or ErrInvalidSnapshot.
-func (o SnapshotOptions) reference() (repo, tag string, err error) {
-	for k, v := range o.Labels {
-		if !labelKeyRE.MatchString(k) || len(k) > 256 || !labelValueRE.MatchString(v) || len(v) > 4096 {
-			return "", "", fmt.Errorf("%w: label %q=%q: want a key of letters, digits, '.', '_', '/', '-' and a value without blanks, commas, quotes or backslashes", ErrInvalidSnapshot, k, v)
-		}
-	}
-	if o.Name == "" {
-		return snapshotRepo, randomHex(), nil
-	}
-	return parseName(o.Name)
-}
-
-// parseName splits an image name[:tag] into its full repository and
-// tag, or fails with ErrInvalidSnapshot.
-func parseName(name string) (repo, tag string, err error) {
-	bad := func(why string) (string, string, error) {
-		return "", "", fmt.Errorf("%w: name %q is not an image reference: %s", ErrInvalidSnapshot, name, why)
-	}
-	if len(name) > 255 {
-		return bad("longer than 255 bytes")
-	}
-	repo, tag = name, "latest"
-	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
-		repo, tag = name[:i], name[i+1:]
-		if !tagRE.MatchString(tag) {
-			return bad("want a tag of letters, digits, '_', '.', '-', at most 128")
-		}
-	}
-	if strings.Contains(repo, "@") {
-		return bad("a digest cannot be chosen")
-	}
-	parts := strings.Split(repo, "/")
-	switch {
-	case len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost"):
-		if !domainRE.MatchString(parts[0]) {
-			return bad("want a registry host[:port]")
-		}
-		parts = parts[1:]
-	case hexRE.MatchString(repo) || repo == "sha256":
-		return bad("Podman would take it, or its :latest, for an image ID or a prefix of one; name it localhost/" + name + " if that is meant")
-	default:
-		repo = "localhost/" + repo
-	}
-	for _, p := range parts {
-		if !pathRE.MatchString(p) {
-			return bad("want lowercase letters and digits separated by '.', '_', '__' or '-', and '/'")
-		}
-	}
-	return repo, tag, nil
-}
-
-// removeRef checks a reference given to RemoveSnapshot, a snapshot's
-// full ID or a name that TakeSnapshot would take (checked by parseName,
-// as TakeSnapshot checks it), and returns it as Podman is given it: an ID
-// as it is, a name in full (repo:tag). name reports which it is.
-func removeRef(ref string) (full string, name bool, err error) {
-	if idRE.MatchString(ref) {
-		return ref, false, nil
-	}
-	repo, tag, err := parseName(ref)
-	if err != nil {
-		return "", false, fmt.Errorf("%w (nor a snapshot's full ID)", err)
-	}
-	return repo + ":" + tag, true, nil
-}
-
 // takeSnapshot commits container id as repo:tag.
 func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
 	ref := repo + ":" + tag
@@ -486,75 +397,4 @@ func listSnapshots(ctx context.Context, im podman.Imager) ([]Snapshot, error) {
 	}
 	slices.SortFunc(out, func(a, b Snapshot) int { return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID)) })
 	return out, nil
-}
-
-// removeByLabel removes every image carrying label, by each of its
-// names, then by ID.
-func removeByLabel(ctx context.Context, im podman.Imager, label string) error {
-	imgs, err := im.Images(ctx, label)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, img := range imgs {
-		errs = append(errs, removeImage(ctx, im, img))
-	}
-	return errors.Join(errs...)
-}
-
-// removeImage removes img by each of its names, then by its ID: without
-// force, Podman refuses to remove by ID an image with several names.
-func removeImage(ctx context.Context, im podman.Imager, img podman.Image) error {
-	for _, n := range img.Names {
-		if err := im.RemoveImage(ctx, n); err != nil && !errors.Is(err, ErrImageNotFound) {
-			return err
-		}
-	}
-	if err := im.RemoveImage(ctx, img.ID); err != nil && !errors.Is(err, ErrImageNotFound) {
-		return err
-	}
-	return nil
-}
-
-// WithSnapshots makes [Reap] remove, after the sandboxes, the snapshots
-// ([TakeSnapshot]) whose owner, the process that took them, is gone,
-// whatever their age, and none other: never an image without podvm's
-// [LabelSnapshot], never one whose owner lives or is not Reap's to judge.
-// The owner is judged as a sandbox's is (see [Reap]). A snapshot that a
-// container still uses is left, and logged. [WithLabel] narrows it to
-// snapshots carrying a label too.
-func WithSnapshots() Option { return func(o *options) { o.snapshots = true } }
-
-// reapSnapshots removes the snapshots whose owner chk finds gone,
-// adding their IDs to removed and its failures to errs.
-func reapSnapshots(ctx context.Context, d podman.Driver, o options, chk ownerCheck, removed []string, errs []error) ([]string, []error) {
-	im, ok := d.(podman.Imager)
-	if !ok {
-		return removed, append(errs, fmt.Errorf("%w: reap snapshots", ErrNotSupported))
-	}
-	snaps, err := listSnapshots(ctx, im)
-	if err != nil {
-		return removed, append(errs, err)
-	}
-	for _, s := range snaps {
-		if !hasLabels(s.Labels, o.labels) {
-			continue
-		}
-		why := chk.gone(s.Labels)
-		if why == "" {
-			continue
-		}
-		err := removeImage(ctx, im, podman.Image{ID: s.ID, Names: s.Names})
-		switch {
-		case errors.Is(err, ErrSnapshotInUse):
-			o.log.Info("podvm: snapshot of a gone owner still in use; left", "id", s.ID, "names", s.Names)
-			continue
-		case err != nil:
-			errs = append(errs, err)
-			continue
-		}
-		o.log.Info("podvm: reaped snapshot", "id", s.ID, "names", s.Names, "reason", why)
-		removed = append(removed, s.ID)
-	}
-	return removed, errs
 }
