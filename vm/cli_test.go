@@ -26,6 +26,7 @@ import (
 	"github.com/podvm/podvm/exec/execmock"
 	"github.com/podvm/podvm/internal/podman"
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 const testID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -655,7 +656,7 @@ func TestCLICopyOut(t *testing.T) {
 		v, x := created(t, Config{Image: "img"})
 		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(writes(safe, &exec.Result{}))
 		broken := errors.New("disk full")
-		err := v.CopyOut(context.Background(), "/src/box", failingWriter{broken})
+		err := v.CopyOut(context.Background(), "/src/box", testkit.FailingWriter{Err: broken})
 		assert.ErrorIs(t, err, broken)
 	})
 	t.Run("podman fails", func(t *testing.T) {
@@ -667,10 +668,6 @@ func TestCLICopyOut(t *testing.T) {
 		assert.ErrorContains(t, err, "could not be found")
 	})
 }
-
-type failingWriter struct{ err error }
-
-func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 // With an image archive, a missing image is loaded from it and run with
 // no registry pull.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 func baseSpec() driver.Spec {
@@ -223,7 +225,7 @@ func TestMarkFilter(t *testing.T) {
 		{writes: []string{"podvm-exec-99"}, out: "podvm-exec-99"},
 		{writes: nil},
 	} {
-		var b stringsBuilder
+		var b strings.Builder
 		var words []string
 		f := &markFilter{mark: mark, w: &b, line: func(w string) { words = append(words, w) }}
 		for _, w := range c.writes {
@@ -235,7 +237,7 @@ func TestMarkFilter(t *testing.T) {
 		assert.Equal(t, c.words, words, "%q", c.writes)
 	}
 	var words []string
-	f := &markFilter{mark: mark, w: failing{}, line: func(w string) { words = append(words, w) }}
+	f := &markFilter{mark: mark, w: testkit.FailingWriter{Err: io.ErrClosedPipe}, line: func(w string) { words = append(words, w) }}
 	n, err := f.Write([]byte("data"))
 	assert.Equal(t, 4, n)
 	assert.NoError(t, err, "the filter must keep reading for the marks")
@@ -243,15 +245,6 @@ func TestMarkFilter(t *testing.T) {
 	assert.Equal(t, []string{"end"}, words)
 	assert.ErrorIs(t, f.err, io.ErrClosedPipe)
 }
-
-type failing struct{}
-
-func (failing) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
-
-type stringsBuilder struct{ b []byte }
-
-func (s *stringsBuilder) Write(p []byte) (int, error) { s.b = append(s.b, p...); return len(p), nil }
-func (s *stringsBuilder) String() string              { return string(s.b) }
 
 func TestOctal(t *testing.T) {
 	assert.Equal(t, `\141\377\012\045`, octal("a\xff\n%"))

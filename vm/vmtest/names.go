@@ -16,6 +16,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -316,7 +317,7 @@ func streamCases() []testCase {
 		{Name: "output/failing-writer", Promise: "a live Stdout writer that fails makes Run return an error",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				boom := errors.New("the writer broke")
-				res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "echo one; sleep 0.2; echo two"}, Stdout: failingWriter{boom}})
+				res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "echo one; sleep 0.2; echo two"}, Stdout: testkit.FailingWriter{Err: boom}})
 				if err == nil {
 					t.Errorf("Run: no error (exit %d); want the writer's", res.ExitCode)
 				}
@@ -324,8 +325,3 @@ func streamCases() []testCase {
 			}},
 	}
 }
-
-// failingWriter fails every Write with err.
-type failingWriter struct{ err error }
-
-func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
