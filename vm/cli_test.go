@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -556,25 +555,10 @@ func TestCLIRefusesInvalidInput(t *testing.T) {
 	_ = x
 }
 
-func tarOf(t *testing.T, entries ...*tar.Header) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, h := range entries {
-		require.NoError(t, tw.WriteHeader(h))
-		_, err := tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	return b.Bytes()
-}
-
 func TestCLICopyIn(t *testing.T) {
 	t.Parallel()
-	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 70000})
-	unsafe := tarOf(t, &tar.Header{Name: "ok", Typeflag: tar.TypeReg, Size: 1},
-		&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1})
+	safe := testkit.Tar(t, testkit.Dir("box/", 0o755), testkit.File("box/f", strings.Repeat("x", 70000), 0o644))
+	unsafe := testkit.Tar(t, testkit.File("ok", "x", 0), testkit.File("../escape", "x", 0))
 	// podman cp - spools stdin into TMPDIR: a private one, per call.
 	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Env: []string{"TMPDIR=*"}, Stdin: anyReader, MaxOutputBytes: podman.MessageBytes}
 
@@ -620,9 +604,8 @@ func TestCLICopyIn(t *testing.T) {
 
 func TestCLICopyOut(t *testing.T) {
 	t.Parallel()
-	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 200000})
-	unsafe := tarOf(t, &tar.Header{Name: "box/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+	safe := testkit.Tar(t, testkit.Dir("box/", 0o755), testkit.File("box/f", strings.Repeat("x", 200000), 0o644))
+	unsafe := testkit.Tar(t, testkit.Symlink("box/link", "/etc/shadow"))
 	want := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src/box", "-"}, Stdout: anyWriter, MaxOutputBytes: podman.MessageBytes}
 	// podman writes the archive, padded to a tar record, to the Stdout writer.
 	writes := func(archive []byte, res *exec.Result) func(context.Context, exec.Command) (*exec.Result, error) {

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"archive/tar"
 	"bytes"
 	"errors"
 	"io"
@@ -253,25 +252,12 @@ func TestOctal(t *testing.T) {
 // A link to a directory is archived from inside it, "./x", and renamed
 // after the path asked for.
 func TestRenameDot(t *testing.T) {
-	var in, out bytes.Buffer
-	tw := tar.NewWriter(&in)
-	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}))
-	for _, name := range []string{"./f", "./sub/g"} {
-		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}))
-	}
-	require.NoError(t, tw.Close())
-	require.NoError(t, renameDot(&in, &out, "dl"))
-	tr := tar.NewReader(&out)
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		names = append(names, h.Name)
-	}
-	assert.Equal(t, []string{"dl/", "dl/f", "dl/sub/g"}, names)
+	in := testkit.Tar(t, testkit.Dir("./", 0o755), testkit.File("./f", "", 0o644), testkit.File("./sub/g", "", 0o644))
+	var out bytes.Buffer
+	require.NoError(t, renameDot(bytes.NewReader(in), &out, "dl"))
+	entries, err := testkit.Untar(out.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"dl/", "dl/f", "dl/sub/g"}, testkit.Names(entries))
 }
 
 // A container that cannot start for want of a program the pod runs is

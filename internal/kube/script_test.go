@@ -299,26 +299,16 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 // its check, and a directory entry replaces one in its place.
 func TestTarScriptPlantedLinks(t *testing.T) {
 	const mark = "podvm-tar-feed:"
+	// archive holds directories dirs, then files holding "x".
 	archive := func(dirs []string, files ...string) []byte {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
+		var entries []testkit.Entry
 		for _, d := range dirs {
-			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}))
+			entries = append(entries, testkit.Dir(d+"/", 0o755))
 		}
 		for _, f := range files {
-			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f, Mode: 0o644, Size: 1}))
-			_, err := tw.Write([]byte("x"))
-			require.NoError(t, err)
+			entries = append(entries, testkit.File(f, "x", 0o644))
 		}
-		require.NoError(t, tw.Close())
-		return b.Bytes()
-	}
-	hardLink := func(name, target string) []byte {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
-		require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target}))
-		require.NoError(t, tw.Close())
-		return b.Bytes()
+		return testkit.Tar(t, entries...)
 	}
 	for _, shell := range shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
@@ -337,7 +327,7 @@ func TestTarScriptPlantedLinks(t *testing.T) {
 				{"beneath a link", archive(nil, "ok", "abs/x"), "unsafe 1"},
 				{"deep beneath a link", archive([]string{"a"}, "a/b", "-d/x/y"), "unsafe 2"},
 				{"beneath a link in a newline's directory", archive(nil, "new\nline/l/x"), "unsafe 2"},
-				{"a hard link to a file beneath a link", hardLink("h", "abs/f"), "unsafe 1"},
+				{"a hard link to a file beneath a link", testkit.Tar(t, testkit.Link("h", "abs/f")), "unsafe 1"},
 				{"a directory in a link's place", archive([]string{"rel"}, "rel/y"), "exited 0"},
 			} {
 				checks, err := planted(bytes.NewReader(c.tar))
