@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 var host = exec.NewCommandExecutor()
@@ -357,36 +358,22 @@ func TestRunSlowLiveWriterGetsEverything(t *testing.T) {
 	x := exec.NewCommandExecutor(exec.WithKillGrace(grace))
 	var got bytes.Buffer
 	cmd := exec.Command{Name: "head", Args: []string{"-c", "200000", "/dev/zero"},
-		Stdout: slowWriter{&got, 3 * grace}}
+		Stdout: &testkit.SlowWriter{W: &got, Delay: 3 * grace}}
 	res, err := x.Run(context.Background(), cmd)
 	require.NoError(t, err)
 	assert.Equal(t, int64(200000), res.StdoutBytes)
 	assert.Equal(t, 200000, got.Len())
 }
 
-type slowWriter struct {
-	w     io.Writer
-	delay time.Duration
-}
-
-func (s slowWriter) Write(p []byte) (int, error) {
-	time.Sleep(s.delay)
-	return s.w.Write(p)
-}
-
 func TestRunLiveWriterError(t *testing.T) {
 	t.Parallel()
 	cmd := helper("out", "data", "", "0")
-	cmd.Stdout = failingWriter{}
+	cmd.Stdout = testkit.FailingWriter{Err: errDiskFull}
 	res, err := host.Run(context.Background(), cmd)
 	require.ErrorContains(t, err, "stdout writer: disk full")
 	require.NotNil(t, res)
 	assert.Equal(t, "data", res.Stdout, "the capture goes on")
 }
-
-type failingWriter struct{}
-
-func (failingWriter) Write([]byte) (int, error) { return 0, errDiskFull }
 
 var errDiskFull = errors.New("disk full")
 

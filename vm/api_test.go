@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +23,7 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/libpod/libpodtest"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // These tests run APIVM against a fake service replaying answers
@@ -547,32 +547,6 @@ func TestAPIRemove(t *testing.T) {
 	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(nil)), ErrRemoved)
 }
 
-func apiTarOf(t *testing.T, hs ...*tar.Header) []byte {
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, h := range hs {
-		require.NoError(t, tw.WriteHeader(h))
-		tw.Write(make([]byte, h.Size))
-	}
-	require.NoError(t, tw.Close())
-	return b.Bytes()
-}
-
-// apiTarNames lists the entries of tar stream b.
-func apiTarNames(t *testing.T, b []byte) []string {
-	t.Helper()
-	var names []string
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return names
-		}
-		require.NoError(t, err)
-		names = append(names, h.Name)
-	}
-}
-
 func TestAPICopyIn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -581,14 +555,18 @@ func TestAPICopyIn(t *testing.T) {
 		libpodtest.Recorded("archive-head-missing")),
 		// What a missing /no/such is: /no/such and /no are missing too.
 		"GET /containers/{id}/archive": libpodtest.Seq(libpodtest.Recorded("archive-get-missing"), libpodtest.Recorded("archive-get-missing"))})
-	in := apiTarOf(t, &tar.Header{Name: "a", Size: 3, Mode: 0o644, Typeflag: tar.TypeReg})
+	in := testkit.Tar(t, testkit.File("a", "\x00\x00\x00", 0o644))
 	require.NoError(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(in)))
 	put := svc.Requests()[len(svc.Requests())-1]
 	assert.Equal(t, "PUT /containers/{id}/archive", put.Route)
 	assert.Equal(t, "/tmp", put.URL.Query().Get("path"))
-	assert.Equal(t, apiTarNames(t, in), apiTarNames(t, put.Body))
+	sent, err := testkit.Untar(in)
+	require.NoError(t, err)
+	got, err := testkit.Untar(put.Body)
+	require.NoError(t, err)
+	assert.Equal(t, testkit.Names(sent), testkit.Names(got))
 
-	evil := apiTarOf(t, &tar.Header{Name: "ok", Mode: 0o644, Typeflag: tar.TypeReg}, &tar.Header{Name: "../x", Mode: 0o644, Typeflag: tar.TypeReg})
+	evil := testkit.Tar(t, testkit.File("ok", "", 0o644), testkit.File("../x", "", 0o644))
 	assert.ErrorIs(t, v.CopyIn(ctx, "/tmp", bytes.NewReader(evil)), ErrUnsafeArchive)
 	assert.ErrorIs(t, v.CopyIn(ctx, "/etc/passwd", bytes.NewReader(in)), syscall.ENOTDIR, "not a directory")
 	assert.ErrorIs(t, v.CopyIn(ctx, "/no/such", bytes.NewReader(in)), fs.ErrNotExist, "no such directory")
@@ -605,8 +583,10 @@ func TestAPICopyOut(t *testing.T) {
 		libpodtest.Cut("archive-get", libpodtest.HeaderEnd("archive-get")+1000))})
 	var out bytes.Buffer
 	require.NoError(t, v.CopyOut(ctx, "/tmp/record.sh", &out))
-	assert.Equal(t, []string{"record.sh"}, apiTarNames(t, out.Bytes()))
-	err := v.CopyOut(ctx, "/no/such/path", io.Discard)
+	got, err := testkit.Untar(out.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"record.sh"}, testkit.Names(got))
+	err = v.CopyOut(ctx, "/no/such/path", io.Discard)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 	assert.ErrorContains(t, err, "no such file or directory")
 	assert.ErrorIs(t, v.CopyOut(ctx, "/tmp/record.sh", io.Discard), ErrUnavailable, "dropped mid-stream")

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -27,6 +26,7 @@ import (
 	"github.com/podvm/podvm/exec/execmock"
 	"github.com/podvm/podvm/internal/podman"
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 const testID = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -556,25 +556,10 @@ func TestCLIRefusesInvalidInput(t *testing.T) {
 	_ = x
 }
 
-func tarOf(t *testing.T, entries ...*tar.Header) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, h := range entries {
-		require.NoError(t, tw.WriteHeader(h))
-		_, err := tw.Write(bytes.Repeat([]byte("x"), int(h.Size)))
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	return b.Bytes()
-}
-
 func TestCLICopyIn(t *testing.T) {
 	t.Parallel()
-	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 70000})
-	unsafe := tarOf(t, &tar.Header{Name: "ok", Typeflag: tar.TypeReg, Size: 1},
-		&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1})
+	safe := testkit.Tar(t, testkit.Dir("box/", 0o755), testkit.File("box/f", strings.Repeat("x", 70000), 0o644))
+	unsafe := testkit.Tar(t, testkit.File("ok", "x", 0), testkit.File("../escape", "x", 0))
 	// podman cp - spools stdin into TMPDIR: a private one, per call.
 	want := exec.Command{Name: "podman", Args: []string{"cp", "-", testID + ":/dst"}, Env: []string{"TMPDIR=*"}, Stdin: anyReader, MaxOutputBytes: podman.MessageBytes}
 
@@ -620,9 +605,8 @@ func TestCLICopyIn(t *testing.T) {
 
 func TestCLICopyOut(t *testing.T) {
 	t.Parallel()
-	safe := tarOf(t, &tar.Header{Name: "box/", Typeflag: tar.TypeDir, Mode: 0o755},
-		&tar.Header{Name: "box/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 200000})
-	unsafe := tarOf(t, &tar.Header{Name: "box/link", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+	safe := testkit.Tar(t, testkit.Dir("box/", 0o755), testkit.File("box/f", strings.Repeat("x", 200000), 0o644))
+	unsafe := testkit.Tar(t, testkit.Symlink("box/link", "/etc/shadow"))
 	want := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src/box", "-"}, Stdout: anyWriter, MaxOutputBytes: podman.MessageBytes}
 	// podman writes the archive, padded to a tar record, to the Stdout writer.
 	writes := func(archive []byte, res *exec.Result) func(context.Context, exec.Command) (*exec.Result, error) {
@@ -656,25 +640,25 @@ func TestCLICopyOut(t *testing.T) {
 		v, x := created(t, Config{Image: "img"})
 		x.EXPECT().Run(gomock.Any(), cmdIs(want)).DoAndReturn(writes(safe, &exec.Result{}))
 		broken := errors.New("disk full")
-		err := v.CopyOut(context.Background(), "/src/box", failingWriter{broken})
+		err := v.CopyOut(context.Background(), "/src/box", testkit.FailingWriter{Err: broken})
 		assert.ErrorIs(t, err, broken)
 	})
 	// Podman says the same of a missing path and of one under a file: a
 	// copy out of the parent, to its first entry, tells.
 	for _, c := range []struct {
 		name   string
-		parent *tar.Header
+		parent testkit.Entry
 		want   error
 	}{
-		{"podman fails", &tar.Header{Name: "src/", Typeflag: tar.TypeDir, Mode: 0o755}, fs.ErrNotExist},
-		{"under a file", &tar.Header{Name: "src", Typeflag: tar.TypeReg, Mode: 0o644}, syscall.ENOTDIR},
+		{"podman fails", testkit.Dir("src/", 0o755), fs.ErrNotExist},
+		{"under a file", testkit.File("src", "", 0o644), syscall.ENOTDIR},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			v, x := created(t, Config{Image: "img"})
 			x.EXPECT().Run(gomock.Any(), cmdIs(want)).Return(podmantest.Sample(t, "cp-out-no-such-path-remote.125.txt"), nil)
 			parent := exec.Command{Name: "podman", Args: []string{"cp", testID + ":/src", "-"}, Stdout: anyWriter, MaxOutputBytes: podman.MessageBytes}
-			x.EXPECT().Run(gomock.Any(), cmdIs(parent)).DoAndReturn(writes(tarOf(t, c.parent), &exec.Result{}))
+			x.EXPECT().Run(gomock.Any(), cmdIs(parent)).DoAndReturn(writes(testkit.Tar(t, c.parent), &exec.Result{}))
 			err := v.CopyOut(context.Background(), "/src/box", io.Discard)
 			assert.ErrorIs(t, err, c.want)
 			for _, other := range []error{fs.ErrNotExist, syscall.ENOTDIR, ErrPodman} {
@@ -686,10 +670,6 @@ func TestCLICopyOut(t *testing.T) {
 		})
 	}
 }
-
-type failingWriter struct{ err error }
-
-func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 // With an image archive, a missing image is loaded from it and run with
 // no registry pull.

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/mock/gomock"
 
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 	"github.com/podvm/podvm/vm/vmmock"
 )
@@ -105,55 +106,16 @@ func renamed(data []byte, root string) []byte {
 	return out.Bytes()
 }
 
-// ent is one tar entry: a name ending in "/" is a directory, a link
-// makes a symlink, or a hard link when typ says so.
-type ent struct {
-	name, data, link string
-	mode             int64
-	typ              byte
-}
-
-func mkTar(t *testing.T, ents ...ent) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, e := range ents {
-		h := &tar.Header{Name: e.name, Mode: e.mode, Typeflag: e.typ, Linkname: e.link, ModTime: time.Unix(1700000000, 0)}
-		switch {
-		case e.typ != 0:
-		case strings.HasSuffix(e.name, "/"):
-			h.Typeflag = tar.TypeDir
-		case e.link != "":
-			h.Typeflag = tar.TypeSymlink
-		default:
-			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.data))
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		require.NoError(t, tw.WriteHeader(h))
-		_, err := tw.Write([]byte(e.data))
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	return b.Bytes()
-}
-
-// readTar lists an archive as "name mode size link|content" lines.
+// readTar lists an archive as "name type mode size link|content" lines.
 func readTar(t *testing.T, data []byte) []string {
 	t.Helper()
+	entries, err := testkit.Untar(data)
+	require.NoError(t, err)
 	var got []string
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return got
-		}
-		require.NoError(t, err)
-		body, err := io.ReadAll(tr)
-		require.NoError(t, err)
-		got = append(got, fmt.Sprintf("%s %c %o %d %s%s", h.Name, h.Typeflag, h.Mode, h.Size, h.Linkname, body))
+	for _, e := range entries {
+		got = append(got, fmt.Sprintf("%s %c %o %d %s%s", e.Name, e.Typeflag, e.Mode, e.Size, e.Linkname, e.Body))
 	}
+	return got
 }
 
 func TestWriteFile(t *testing.T) {
@@ -223,16 +185,16 @@ func TestWriteFileRefuses(t *testing.T) {
 func TestReadFile(t *testing.T) {
 	t.Parallel()
 	f := newTarVM()
-	f.tars["/etc/hosts"] = mkTar(t, ent{name: "hosts", data: "127.0.0.1 localhost\n"})
-	f.tars["/etc/empty"] = mkTar(t, ent{name: "empty"})
-	f.tars["/etc/link"] = mkTar(t, ent{name: "link", link: "hosts"}) // a symlink sent as one
-	f.tars["/etc/abs"] = mkTar(t, ent{name: "abs", link: "/etc/link"})
-	f.tars["/loop"] = mkTar(t, ent{name: "loop", link: "loop"})
-	f.tars["/etc/cli"] = mkTar(t, ent{name: "hosts", data: "named by its target"}) // `podman cp` follows and renames
-	f.tars["/etc/big"] = mkTar(t, ent{name: "big", data: strings.Repeat("x", 101)})
-	f.tars["/etc/dir"] = mkTar(t, ent{name: "dir/"}, ent{name: "dir/x", data: "x"})
-	f.tars["/etc/fifo"] = mkTar(t, ent{name: "fifo", typ: tar.TypeFifo})
-	f.tars["/etc/evil"] = mkTar(t, ent{name: "../evil", data: "x"})
+	f.tars["/etc/hosts"] = testkit.Tar(t, testkit.File("hosts", "127.0.0.1 localhost\n", 0o644))
+	f.tars["/etc/empty"] = testkit.Tar(t, testkit.File("empty", "", 0o644))
+	f.tars["/etc/link"] = testkit.Tar(t, testkit.Symlink("link", "hosts")) // a symlink sent as one
+	f.tars["/etc/abs"] = testkit.Tar(t, testkit.Symlink("abs", "/etc/link"))
+	f.tars["/loop"] = testkit.Tar(t, testkit.Symlink("loop", "loop"))
+	f.tars["/etc/cli"] = testkit.Tar(t, testkit.File("hosts", "named by its target", 0o644)) // `podman cp` follows and renames
+	f.tars["/etc/big"] = testkit.Tar(t, testkit.File("big", strings.Repeat("x", 101), 0o644))
+	f.tars["/etc/dir"] = testkit.Tar(t, testkit.Dir("dir/", 0o644), testkit.File("dir/x", "x", 0o644))
+	f.tars["/etc/fifo"] = testkit.Tar(t, testkit.Entry{Header: tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o644}})
+	f.tars["/etc/evil"] = testkit.Tar(t, testkit.File("../evil", "x", 0o644))
 	for _, c := range []struct {
 		path, want string
 		err        error
@@ -284,18 +246,18 @@ func TestReadFileStopsTheCopy(t *testing.T) {
 func TestReadDir(t *testing.T) {
 	t.Parallel()
 	f := newTarVM()
-	f.tars["/src"] = mkTar(t,
-		ent{name: "src/", mode: 0o755},
-		ent{name: "src/b.go", data: "package b\n"},
-		ent{name: "src/a.go", data: "package a", mode: 0o600},
-		ent{name: "src/sub/", mode: 0o700},
-		ent{name: "src/sub/deep.go", data: "deeper, not listed"},
-		ent{name: "src/link", link: "sub/deep.go"},
-		ent{name: "src/hard", link: "src/a.go", typ: tar.TypeLink},
-		ent{name: "src/tool", data: "x", mode: 0o4755},
+	f.tars["/src"] = testkit.Tar(t,
+		testkit.Dir("src/", 0o755),
+		testkit.File("src/b.go", "package b\n", 0o644),
+		testkit.File("src/a.go", "package a", 0o600),
+		testkit.Dir("src/sub/", 0o700),
+		testkit.File("src/sub/deep.go", "deeper, not listed", 0o644),
+		testkit.Symlink("src/link", "sub/deep.go"),
+		testkit.Link("src/hard", "src/a.go"),
+		testkit.File("src/tool", "x", 0o4755),
 	)
-	f.tars["/dirlink"] = mkTar(t, ent{name: "dirlink", link: "src"})
-	f.tars["/file"] = mkTar(t, ent{name: "file", data: "x"})
+	f.tars["/dirlink"] = testkit.Tar(t, testkit.Symlink("dirlink", "src"))
+	f.tars["/file"] = testkit.Tar(t, testkit.File("file", "x", 0o644))
 	mtime := time.Unix(1700000000, 0)
 	want := []vm.FileInfo{
 		{Name: "a.go", Size: 9, Mode: 0o600, ModTime: mtime},
@@ -458,13 +420,13 @@ func listTree(t *testing.T, dir string) []string {
 func TestCopyDirOut(t *testing.T) {
 	t.Parallel()
 	f := newTarVM()
-	f.tars["/out"] = mkTar(t,
-		ent{name: "out/", mode: 0o750},
-		ent{name: "out/bin/", mode: 0o555}, // read-only, yet filled
-		ent{name: "out/bin/tool", data: "elf", mode: 0o6755},
-		ent{name: "out/bin/same", link: "out/bin/tool", typ: tar.TypeLink},
-		ent{name: "out/current", link: "bin/tool"},
-		ent{name: "out/deep/er/file", data: "no directory entries"},
+	f.tars["/out"] = testkit.Tar(t,
+		testkit.Dir("out/", 0o750),
+		testkit.Dir("out/bin/", 0o555), // read-only, yet filled
+		testkit.File("out/bin/tool", "elf", 0o6755),
+		testkit.Link("out/bin/same", "out/bin/tool"),
+		testkit.Symlink("out/current", "bin/tool"),
+		testkit.File("out/deep/er/file", "no directory entries", 0o644),
 	)
 	host := filepath.Join(t.TempDir(), "made")
 	require.NoError(t, vm.CopyDirOut(context.Background(), f, "/out", host))
@@ -489,8 +451,8 @@ func TestCopyDirOutIntoExisting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newTarVM()
-	f.tars["/a"] = mkTar(t, ent{name: "a/"}, ent{name: "a/sub/"}, ent{name: "a/sub/new", data: "new"})
-	f.tars["/b"] = mkTar(t, ent{name: "b/"}, ent{name: "b/keep", data: "theirs"})
+	f.tars["/a"] = testkit.Tar(t, testkit.Dir("a/", 0o644), testkit.Dir("a/sub/", 0o644), testkit.File("a/sub/new", "new", 0o644))
+	f.tars["/b"] = testkit.Tar(t, testkit.Dir("b/", 0o644), testkit.File("b/keep", "theirs", 0o644))
 	host := t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(host, "sub"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(host, "keep"), []byte("mine"), 0o644))
@@ -510,24 +472,24 @@ func TestCopyDirOutRefuses(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name string
-		tar  []ent
+		tar  []testkit.Entry
 		want error
 		msg  string
 	}{
-		{"a file", []ent{{name: "out", data: "x"}}, nil, "not a directory"},
-		{"dot-dot", []ent{{name: "out/"}, {name: "out/../../x", data: "x"}}, vm.ErrUnsafeArchive, "leaves the destination"},
-		{"absolute symlink", []ent{{name: "out/"}, {name: "out/l", link: "/etc"}}, vm.ErrUnsafeArchive, "absolute"},
-		{"symlink out of the copied dir", []ent{{name: "out/"}, {name: "out/l", link: "../x"}}, vm.ErrUnsafeArchive, "points outside"},
-		{"beneath a symlink", []ent{{name: "out/"}, {name: "out/l", link: "."}, {name: "out/l/x", data: "x"}}, vm.ErrUnsafeArchive, "beneath symlink"},
-		{"hard link out", []ent{{name: "out/"}, {name: "out/h", link: "etc/passwd", typ: tar.TypeLink}}, vm.ErrUnsafeArchive, "outside the copied path"},
-		{"device", []ent{{name: "out/"}, {name: "out/null", typ: tar.TypeChar}}, vm.ErrUnsafeArchive, "device"},
-		{"fifo", []ent{{name: "out/"}, {name: "out/fifo", typ: tar.TypeFifo}}, vm.ErrUnsafeArchive, "only directories, regular files, symlinks and hard links"},
-		{"another root", []ent{{name: "out/"}, {name: "other/x", data: "x"}}, vm.ErrUnsafeArchive, "outside the copied path"},
+		{"a file", []testkit.Entry{testkit.File("out", "x", 0o644)}, nil, "not a directory"},
+		{"dot-dot", []testkit.Entry{testkit.Dir("out/", 0o644), testkit.File("out/../../x", "x", 0o644)}, vm.ErrUnsafeArchive, "leaves the destination"},
+		{"absolute symlink", []testkit.Entry{testkit.Dir("out/", 0o644), testkit.Symlink("out/l", "/etc")}, vm.ErrUnsafeArchive, "absolute"},
+		{"symlink out of the copied dir", []testkit.Entry{testkit.Dir("out/", 0o644), testkit.Symlink("out/l", "../x")}, vm.ErrUnsafeArchive, "points outside"},
+		{"beneath a symlink", []testkit.Entry{testkit.Dir("out/", 0o644), testkit.Symlink("out/l", "."), testkit.File("out/l/x", "x", 0o644)}, vm.ErrUnsafeArchive, "beneath symlink"},
+		{"hard link out", []testkit.Entry{testkit.Dir("out/", 0o644), testkit.Link("out/h", "etc/passwd")}, vm.ErrUnsafeArchive, "outside the copied path"},
+		{"device", []testkit.Entry{testkit.Dir("out/", 0o644), {Header: tar.Header{Name: "out/null", Typeflag: tar.TypeChar, Mode: 0o644}}}, vm.ErrUnsafeArchive, "device"},
+		{"fifo", []testkit.Entry{testkit.Dir("out/", 0o644), {Header: tar.Header{Name: "out/fifo", Typeflag: tar.TypeFifo, Mode: 0o644}}}, vm.ErrUnsafeArchive, "only directories, regular files, symlinks and hard links"},
+		{"another root", []testkit.Entry{testkit.Dir("out/", 0o644), testkit.File("other/x", "x", 0o644)}, vm.ErrUnsafeArchive, "outside the copied path"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			f := newTarVM()
-			f.tars["/out"] = mkTar(t, c.tar...)
+			f.tars["/out"] = testkit.Tar(t, c.tar...)
 			parent := t.TempDir()
 			err := vm.CopyDirOut(context.Background(), f, "/out", filepath.Join(parent, "dst"))
 			assert.ErrorContains(t, err, c.msg)
@@ -576,7 +538,7 @@ func TestFileServer(t *testing.T) {
 	// ErrNotSupported: through the tar streams.
 	require.NoError(t, vm.WriteFile(ctx, s, "/x", []byte("tar"), 0o644))
 	assert.Equal(t, []string{"x 0 644 3 tar"}, readTar(t, s.tars["/x"]))
-	s.tars["/d"] = mkTar(t, ent{name: "d/"}, ent{name: "d/f", data: "x"})
+	s.tars["/d"] = testkit.Tar(t, testkit.Dir("d/", 0o644), testkit.File("d/f", "x", 0o644))
 	list, err := vm.ReadDir(ctx, s, "/d")
 	require.NoError(t, err)
 	assert.Len(t, list, 1)

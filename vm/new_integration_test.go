@@ -19,6 +19,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/podmantest/podmanharness"
 	"github.com/podvm/podvm/vm"
 	"github.com/podvm/podvm/vm/vmtest"
 )
@@ -239,7 +240,7 @@ func TestReap(t *testing.T) {
 			child := osexec.Command(os.Args[0], "-test.run=^$")
 			child.Env = append(os.Environ(), crashEnv+"="+tag)
 			if env.PidsUnenforced {
-				child.Env = append(child.Env, noPidsEnv+"=1")
+				child.Env = append(child.Env, podmanharness.NoPidsEnv+"=1")
 			}
 			out, err := child.Output()
 			require.NoError(t, err, "crashing child: %s", out)

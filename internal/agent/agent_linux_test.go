@@ -23,6 +23,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/agent/server"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 func TestRun(t *testing.T) {
@@ -123,7 +124,7 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			in := strings.NewReader(fmt.Sprintf("in%d\n", i))
-			var out, errb syncBuffer
+			var out, errb testkit.LockedBuffer
 			ex, err := a.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "sh", "-c", `read x; echo "$x $1"; echo "e$1" >&2; exit $1`, "sh", strconv.Itoa(i)}}, in, &out, &errb)
 			assert.NoError(t, err)
 			assert.Equal(t, i, ex.Code)
@@ -546,7 +547,7 @@ func startConnectAgent(t *testing.T) (*Client, <-chan struct{}) {
 
 func TestConnectServesOneHost(t *testing.T) {
 	c, exited := startConnectAgent(t)
-	var out syncBuffer
+	var out testkit.LockedBuffer
 	ex, err := c.Run(context.Background(), Request{Argv: []string{"/bin/busybox", "echo", "connected"}}, nil, &out, nil)
 	require.NoError(t, err)
 	require.Equal(t, 0, ex.Code)

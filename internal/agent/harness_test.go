@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,11 +9,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // agentBin is the agent built from this tree by TestMain, or empty with
@@ -84,13 +84,9 @@ func needAgent(t testing.TB) {
 	case !fileExists("/usr/bin/unshare") || !fileExists("/bin/busybox"):
 		why = "needs /usr/bin/unshare and /bin/busybox"
 	}
-	if why == "" {
-		return
+	if why != "" {
+		testkit.SkipOrFail(t, "", why)
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %s", why)
-	}
-	t.Skip(why)
 }
 
 // pipes is the test's end of the agent's stdio channel.
@@ -172,31 +168,13 @@ type result struct {
 }
 
 func (a *testAgent) run(ctx context.Context, req Request, stdin io.Reader) result {
-	var out, errb syncBuffer
+	var out, errb testkit.LockedBuffer
 	ex, err := a.Run(ctx, req, stdin, &out, &errb)
 	return result{Exit: ex, stdout: out.String(), stderr: errb.String(), err: err}
 }
 
 func (a *testAgent) sh(ctx context.Context, script string, args ...string) result {
 	return a.run(ctx, Request{Argv: append([]string{"/bin/busybox", "sh", "-c", script, "sh"}, args...)}, nil)
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // alive returns the host pids of processes whose command line holds

@@ -1,10 +1,10 @@
 package kube
 
 import (
-	"archive/tar"
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +14,7 @@ import (
 
 	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 func baseSpec() driver.Spec {
@@ -223,7 +224,7 @@ func TestMarkFilter(t *testing.T) {
 		{writes: []string{"podvm-exec-99"}, out: "podvm-exec-99"},
 		{writes: nil},
 	} {
-		var b stringsBuilder
+		var b strings.Builder
 		var words []string
 		f := &markFilter{mark: mark, w: &b, line: func(w string) { words = append(words, w) }}
 		for _, w := range c.writes {
@@ -235,7 +236,7 @@ func TestMarkFilter(t *testing.T) {
 		assert.Equal(t, c.words, words, "%q", c.writes)
 	}
 	var words []string
-	f := &markFilter{mark: mark, w: failing{}, line: func(w string) { words = append(words, w) }}
+	f := &markFilter{mark: mark, w: testkit.FailingWriter{Err: io.ErrClosedPipe}, line: func(w string) { words = append(words, w) }}
 	n, err := f.Write([]byte("data"))
 	assert.Equal(t, 4, n)
 	assert.NoError(t, err, "the filter must keep reading for the marks")
@@ -244,15 +245,6 @@ func TestMarkFilter(t *testing.T) {
 	assert.ErrorIs(t, f.err, io.ErrClosedPipe)
 }
 
-type failing struct{}
-
-func (failing) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
-
-type stringsBuilder struct{ b []byte }
-
-func (s *stringsBuilder) Write(p []byte) (int, error) { s.b = append(s.b, p...); return len(p), nil }
-func (s *stringsBuilder) String() string              { return string(s.b) }
-
 func TestOctal(t *testing.T) {
 	assert.Equal(t, `\141\377\012\045`, octal("a\xff\n%"))
 }
@@ -260,25 +252,12 @@ func TestOctal(t *testing.T) {
 // A link to a directory is archived from inside it, "./x", and renamed
 // after the path asked for.
 func TestRenameDot(t *testing.T) {
-	var in, out bytes.Buffer
-	tw := tar.NewWriter(&in)
-	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755}))
-	for _, name := range []string{"./f", "./sub/g"} {
-		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}))
-	}
-	require.NoError(t, tw.Close())
-	require.NoError(t, renameDot(&in, &out, "dl"))
-	tr := tar.NewReader(&out)
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		names = append(names, h.Name)
-	}
-	assert.Equal(t, []string{"dl/", "dl/f", "dl/sub/g"}, names)
+	in := testkit.Tar(t, testkit.Dir("./", 0o755), testkit.File("./f", "", 0o644), testkit.File("./sub/g", "", 0o644))
+	var out bytes.Buffer
+	require.NoError(t, renameDot(bytes.NewReader(in), &out, "dl"))
+	entries, err := testkit.Untar(out.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"dl/", "dl/f", "dl/sub/g"}, testkit.Names(entries))
 }
 
 // A container that cannot start for want of a program the pod runs is

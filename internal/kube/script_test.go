@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // The scripts run on this machine's sh as they would in a pod: the mark
@@ -58,7 +60,7 @@ func TestExecScriptMarks(t *testing.T) {
 				cmd := osexec.Command(shell[0], append(shell[1:], args...)...)
 				stdin, err := cmd.StdinPipe()
 				require.NoError(t, err)
-				var out, errs lockedBuffer
+				var out, errs testkit.LockedBuffer
 				outPipe, err := cmd.StdoutPipe()
 				require.NoError(t, err)
 				errPipe, err := cmd.StderrPipe()
@@ -70,7 +72,7 @@ func TestExecScriptMarks(t *testing.T) {
 				var closed atomic.Int32
 				for _, c := range []struct {
 					r io.Reader
-					w *lockedBuffer
+					w *testkit.LockedBuffer
 				}{{outPipe, &out}, {errPipe, &errs}} {
 					eof.Add(1)
 					go func() {
@@ -125,18 +127,6 @@ func shells(t *testing.T) [][]string {
 	return found
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // The copies' script: an archive then the marks, a missing path said by
 // its word, an extraction's status after the archive.
 func TestTarScriptMarks(t *testing.T) {
@@ -150,7 +140,7 @@ func TestTarScriptMarks(t *testing.T) {
 			head += checkLines(nil)
 		}
 		cmd.Stdin = io.MultiReader(strings.NewReader(head), bytes.NewReader(stdin))
-		var out, errs lockedBuffer
+		var out, errs testkit.LockedBuffer
 		cmd.Stdout, cmd.Stderr = &out, &errs
 		err := cmd.Run()
 		code := 0
@@ -255,7 +245,7 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 			for _, n := range names {
 				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "out", octal(filepath.Join(dir, n)))...)
 				cmd.Stdin = strings.NewReader(mark + "\n")
-				var out, errs lockedBuffer
+				var out, errs testkit.LockedBuffer
 				cmd.Stdout, cmd.Stderr = &out, &errs
 				require.NoError(t, cmd.Run())
 				require.Equal(t, mark+" exited 0\n", errs.String(), "tar out %q", n)
@@ -286,7 +276,7 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 				}
 				stdin, err := cmd.StdinPipe()
 				require.NoError(t, err)
-				var out, errs lockedBuffer
+				var out, errs testkit.LockedBuffer
 				cmd.Stdout, cmd.Stderr = &out, &errs
 				require.NoError(t, cmd.Start())
 				_, _ = io.WriteString(stdin, "podvm-exec-feed:\n")
@@ -309,26 +299,16 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 // its check, and a directory entry replaces one in its place.
 func TestTarScriptPlantedLinks(t *testing.T) {
 	const mark = "podvm-tar-feed:"
+	// archive holds directories dirs, then files holding "x".
 	archive := func(dirs []string, files ...string) []byte {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
+		var entries []testkit.Entry
 		for _, d := range dirs {
-			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755}))
+			entries = append(entries, testkit.Dir(d+"/", 0o755))
 		}
 		for _, f := range files {
-			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f, Mode: 0o644, Size: 1}))
-			_, err := tw.Write([]byte("x"))
-			require.NoError(t, err)
+			entries = append(entries, testkit.File(f, "x", 0o644))
 		}
-		require.NoError(t, tw.Close())
-		return b.Bytes()
-	}
-	hardLink := func(name, target string) []byte {
-		var b bytes.Buffer
-		tw := tar.NewWriter(&b)
-		require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target}))
-		require.NoError(t, tw.Close())
-		return b.Bytes()
+		return testkit.Tar(t, entries...)
 	}
 	for _, shell := range shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
@@ -347,14 +327,14 @@ func TestTarScriptPlantedLinks(t *testing.T) {
 				{"beneath a link", archive(nil, "ok", "abs/x"), "unsafe 1"},
 				{"deep beneath a link", archive([]string{"a"}, "a/b", "-d/x/y"), "unsafe 2"},
 				{"beneath a link in a newline's directory", archive(nil, "new\nline/l/x"), "unsafe 2"},
-				{"a hard link to a file beneath a link", hardLink("h", "abs/f"), "unsafe 1"},
+				{"a hard link to a file beneath a link", testkit.Tar(t, testkit.Link("h", "abs/f")), "unsafe 1"},
 				{"a directory in a link's place", archive([]string{"rel"}, "rel/y"), "exited 0"},
 			} {
 				checks, err := planted(bytes.NewReader(c.tar))
 				require.NoError(t, err)
 				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "in", octal(dst))...)
 				cmd.Stdin = io.MultiReader(strings.NewReader(mark+"\n"+checkLines(checks)), bytes.NewReader(c.tar))
-				var stdout, errs lockedBuffer
+				var stdout, errs testkit.LockedBuffer
 				cmd.Stdout, cmd.Stderr = &stdout, &errs
 				require.NoError(t, cmd.Run(), c.name)
 				assert.Equal(t, mark+" "+c.word+"\n", errs.String(), c.name)
@@ -412,7 +392,7 @@ func TestMarkedStop(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := stoppable{killed: make(chan struct{})}
-			var out lockedBuffer
+			var out testkit.LockedBuffer
 			s := newMarked("podvm-test-", nil, &out, io.Discard)
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(100*time.Millisecond, cancel)

@@ -1,7 +1,6 @@
 package podman
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // drivers returns both drivers on the configured service, by name.
@@ -74,25 +74,13 @@ func sh(t *testing.T, d Driver, id, script string) string {
 // name the pattern matches, or with no such neighbour.
 var globNames = []string{"[x]", "*", "?", "[ab]", `back\slash`, "new\nline", "bad-\xff\xfe"}
 
-// untar returns the entries of a tar stream, name to content (a
-// directory's content is "<dir>").
-func untar(t *testing.T, b []byte) map[string]string {
+// contents describes the entries of a tar stream as testkit.Contents
+// does: "name=content", a directory's content "<dir>".
+func contents(t *testing.T, b []byte) []string {
 	t.Helper()
-	got := map[string]string{}
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return got
-		}
-		require.NoError(t, err)
-		data, err := io.ReadAll(tr)
-		require.NoError(t, err)
-		if h.Typeflag == tar.TypeDir {
-			data = []byte("<dir>")
-		}
-		got[strings.TrimSuffix(h.Name, "/")] = string(data)
-	}
+	entries, err := testkit.Untar(b)
+	require.NoError(t, err)
+	return testkit.Contents(entries)
 }
 
 // A path is a name, never a pattern: each glob character, a newline and
@@ -110,31 +98,23 @@ func TestCopyGlobNames(t *testing.T) {
 			// [ab] and ?, backslash for back\slash.
 			sh(t, d, id, `mkdir -p /tmp/f /tmp/d && cd /tmp/f && echo x >x && echo a >a && echo plain >backslash && mkdir /tmp/d/x /tmp/d/a /tmp/d/backslash`)
 			for _, n := range globNames {
-				var tb bytes.Buffer
-				tw := tar.NewWriter(&tb)
-				require.NoError(t, tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len("is " + n)), Typeflag: tar.TypeReg}))
-				_, err := tw.Write([]byte("is " + n))
-				require.NoError(t, err)
-				require.NoError(t, tw.Close())
+				tb := testkit.Tar(t, testkit.File(n, "is "+n, 0o644))
 				// In, named by the entry: the file /f/NAME.
-				require.NoError(t, d.CopyIn(ctx, id, "/tmp/f", bytes.NewReader(tb.Bytes())), "%q", n)
+				require.NoError(t, d.CopyIn(ctx, id, "/tmp/f", bytes.NewReader(tb)), "%q", n)
 				// In, named by the directory: /d/NAME/NAME, once it exists.
-				err = d.CopyIn(ctx, id, "/tmp/d/"+n, bytes.NewReader(tb.Bytes()))
+				err := d.CopyIn(ctx, id, "/tmp/d/"+n, bytes.NewReader(tb))
 				assert.ErrorIs(t, err, fs.ErrNotExist, "%q: a missing directory is not made", n)
-				var db bytes.Buffer
-				tw = tar.NewWriter(&db)
-				require.NoError(t, tw.WriteHeader(&tar.Header{Name: n + "/", Mode: 0o755, Typeflag: tar.TypeDir}))
-				require.NoError(t, tw.Close())
-				require.NoError(t, d.CopyIn(ctx, id, "/tmp/d", &db), "%q", n)
-				require.NoError(t, d.CopyIn(ctx, id, "/tmp/d/"+n, bytes.NewReader(tb.Bytes())), "%q", n)
+				db := testkit.Tar(t, testkit.Dir(n+"/", 0o755))
+				require.NoError(t, d.CopyIn(ctx, id, "/tmp/d", bytes.NewReader(db)), "%q", n)
+				require.NoError(t, d.CopyIn(ctx, id, "/tmp/d/"+n, bytes.NewReader(tb)), "%q", n)
 			}
 			for _, n := range globNames {
 				var out bytes.Buffer
 				require.NoError(t, d.CopyOut(ctx, id, "/tmp/f/"+n, &out), "%q", n)
-				assert.Equal(t, map[string]string{n: "is " + n}, untar(t, out.Bytes()), "file %q", n)
+				assert.ElementsMatch(t, []string{n + "=is " + n}, contents(t, out.Bytes()), "file %q", n)
 				out.Reset()
 				require.NoError(t, d.CopyOut(ctx, id, "/tmp/d/"+n, &out), "%q", n)
-				assert.Equal(t, map[string]string{n: "<dir>", n + "/" + n: "is " + n}, untar(t, out.Bytes()), "directory %q", n)
+				assert.ElementsMatch(t, []string{n + "=<dir>", n + "/" + n + "=is " + n}, contents(t, out.Bytes()), "directory %q", n)
 			}
 			for _, n := range []string{"[y]", "*y", "?y", "bad-\xfe\xff"} {
 				err := d.CopyOut(ctx, id, "/tmp/f/"+n, io.Discard)
@@ -150,7 +130,7 @@ func TestCopyGlobNames(t *testing.T) {
 				assert.ErrorIs(t, err, ErrNotSupported)
 				assert.ErrorContains(t, err, "not UTF-8")
 			} else if assert.NoError(t, err) {
-				assert.Equal(t, map[string]string{"bad-\xff\xfe": "is bad-\xff\xfe"}, untar(t, out.Bytes()))
+				assert.ElementsMatch(t, []string{"bad-\xff\xfe=is bad-\xff\xfe"}, contents(t, out.Bytes()))
 			}
 		})
 	}
@@ -164,11 +144,7 @@ func TestCLICopyInLeavesNoSpool(t *testing.T) {
 	id := container(t, d)
 	marker := "podvm-spool-marker-" + time.Now().Format("150405.000000000")
 	temp := podmantest.WatchTemp()
-	var tb bytes.Buffer
-	tw := tar.NewWriter(&tb)
-	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "secret", Mode: 0o600, Size: int64(len(marker)), Typeflag: tar.TypeReg}))
-	_, _ = tw.Write([]byte(marker))
-	require.NoError(t, tw.Close())
-	require.NoError(t, d.CopyIn(context.Background(), id, "/tmp", &tb))
+	tb := testkit.Tar(t, testkit.File("secret", marker, 0o600))
+	require.NoError(t, d.CopyIn(context.Background(), id, "/tmp", bytes.NewReader(tb)))
 	assert.Empty(t, temp.Holding(marker), "the data stays out of %q", podmantest.TempDirs())
 }

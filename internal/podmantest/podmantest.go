@@ -23,6 +23,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/libpod"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // Env is the Podman service and image the integration tests use.
@@ -47,9 +48,11 @@ type Env struct {
 
 // Required reports whether a missing Podman must fail tests rather than
 // skip them.
-func Required() bool {
-	return os.Getenv("CI") == "true" || os.Getenv("PODVM_REQUIRE_PODMAN") == "1"
-}
+func Required() bool { return testkit.Required(requireEnv) }
+
+// requireEnv is the variable that, set to 1, makes a missing Podman fail
+// the tests as CI=true does.
+const requireEnv = "PODVM_REQUIRE_PODMAN"
 
 // Need returns the configured service, or skips t (fails it when
 // [Required]) naming the variables that would enable the test.
@@ -127,10 +130,7 @@ func NeedBinary(t testing.TB, name string) string {
 
 func skipOrFail(t testing.TB, msg string) {
 	t.Helper()
-	if Required() {
-		t.Fatal(msg + "; failing because CI=true or PODVM_REQUIRE_PODMAN=1")
-	}
-	t.Skip(msg)
+	testkit.SkipOrFail(t, requireEnv, msg)
 }
 
 // stateDir is the scripts' state directory, $PODVM_STATE or the

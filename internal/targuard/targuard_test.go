@@ -11,53 +11,23 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/testkit"
 )
-
-// entry is one tar entry for a test archive: a file with Body, or a link.
-type entry struct {
-	Type     byte
-	Name     string
-	Linkname string
-	Body     string
-	Mode     int64
-}
-
-func archive(t testing.TB, entries ...entry) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		h := &tar.Header{Typeflag: e.Type, Name: e.Name, Linkname: e.Linkname, Mode: e.Mode, Size: int64(len(e.Body))}
-		if h.Typeflag == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if h.Typeflag != tar.TypeReg {
-			h.Size = 0
-		}
-		require.NoError(t, tw.WriteHeader(h))
-		_, err := io.WriteString(tw, e.Body)
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	return buf.Bytes()
-}
 
 func TestGuardTarPassesSafeArchives(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef", 10<<10) // spans many chunks
-	in := archive(t,
-		entry{Type: tar.TypeDir, Name: "out/", Mode: 0o755},
-		entry{Name: "out/bin", Body: "\x00\x01\xff binary", Mode: 0o755},
-		entry{Name: "out/big", Body: big, Mode: 0o600},
-		entry{Name: "./out/empty"},
-		entry{Type: tar.TypeSymlink, Name: "out/link", Linkname: "bin"},
-		entry{Type: tar.TypeSymlink, Name: "out/sub/up", Linkname: "../bin"},
-		entry{Type: tar.TypeLink, Name: "out/hard", Linkname: "out/bin"},
-		entry{Type: tar.TypeSymlink, Name: "out/sub/deep/chain", Linkname: "./../.././link"},
-		entry{Type: tar.TypeSymlink, Name: "out/dots", Linkname: "..hidden/.x"},
-		entry{Type: tar.TypeLink, Name: "out/hard2", Linkname: "./out/big"},
+	in := testkit.Tar(t,
+		testkit.Dir("out/", 0o755),
+		testkit.File("out/bin", "\x00\x01\xff binary", 0o755),
+		testkit.File("out/big", big, 0o600),
+		testkit.File("./out/empty", "", 0o644),
+		testkit.Symlink("out/link", "bin"),
+		testkit.Symlink("out/sub/up", "../bin"),
+		testkit.Link("out/hard", "out/bin"),
+		testkit.Symlink("out/sub/deep/chain", "./../.././link"),
+		testkit.Symlink("out/dots", "..hidden/.x"),
+		testkit.Link("out/hard2", "./out/big"),
 	)
 	got, err := io.ReadAll(New(bytes.NewReader(in), ""))
 	require.NoError(t, err)
@@ -69,90 +39,78 @@ func TestGuardTarPassesSafeArchives(t *testing.T) {
 // listTar renders an archive as one line per entry, contents included.
 func listTar(t *testing.T, b []byte) []string {
 	t.Helper()
+	entries, err := testkit.Untar(b)
+	require.NoError(t, err)
 	var out []string
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		require.NoError(t, err)
-		body, err := io.ReadAll(tr)
-		require.NoError(t, err)
-		out = append(out, strings.Join([]string{string(h.Typeflag), h.Name, h.Linkname, string(rune('0' + h.Mode&7)), string(body)}, "|"))
+	for _, e := range entries {
+		out = append(out, strings.Join([]string{string(e.Typeflag), e.Name, e.Linkname, string(rune('0' + e.Mode&7)), e.Body}, "|"))
 	}
+	return out
 }
 
 func TestGuardTarRefusesEscapes(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		entries []entry
+		entries []testkit.Entry
 		culprit string
 	}{
-		{"absolute name", []entry{{Name: "/etc/passwd"}}, "/etc/passwd"},
-		{"dot-dot", []entry{{Name: "../x"}}, "../x"},
-		{"dot-dot inside", []entry{{Name: "a/../../x"}}, "a/../../x"},
-		{"symlink up", []entry{{Type: tar.TypeSymlink, Name: "l", Linkname: "../x"}}, "l"},
-		{"symlink deep up", []entry{{Type: tar.TypeSymlink, Name: "a/b/l", Linkname: "../../../x"}}, "a/b/l"},
-		{"symlink absolute", []entry{{Type: tar.TypeSymlink, Name: "l", Linkname: "/etc"}}, "l"},
-		{"hard link up", []entry{{Type: tar.TypeLink, Name: "h", Linkname: "../x"}}, "h"},
-		{"hard link absolute", []entry{{Type: tar.TypeLink, Name: "h", Linkname: "/etc/shadow"}}, "h"},
-		{"through a symlink", []entry{{Type: tar.TypeSymlink, Name: "d", Linkname: "."}, {Name: "d/f"}}, "d/f"},
+		{"absolute name", []testkit.Entry{testkit.File("/etc/passwd", "", 0o644)}, "/etc/passwd"},
+		{"dot-dot", []testkit.Entry{testkit.File("../x", "", 0o644)}, "../x"},
+		{"dot-dot inside", []testkit.Entry{testkit.File("a/../../x", "", 0o644)}, "a/../../x"},
+		{"symlink up", []testkit.Entry{testkit.Symlink("l", "../x")}, "l"},
+		{"symlink deep up", []testkit.Entry{testkit.Symlink("a/b/l", "../../../x")}, "a/b/l"},
+		{"symlink absolute", []testkit.Entry{testkit.Symlink("l", "/etc")}, "l"},
+		{"hard link up", []testkit.Entry{testkit.Link("h", "../x")}, "h"},
+		{"hard link absolute", []testkit.Entry{testkit.Link("h", "/etc/shadow")}, "h"},
+		{"through a symlink", []testkit.Entry{testkit.Symlink("d", "."), testkit.File("d/f", "", 0o644)}, "d/f"},
 		// Lexically "a/a/a/../../.." is ".", but with a -> . it climbs three levels.
-		{"symlink chain", []entry{
-			{Type: tar.TypeSymlink, Name: "a", Linkname: "."},
-			{Type: tar.TypeSymlink, Name: "a/a/a/l", Linkname: "../../.."},
+		{"symlink chain", []testkit.Entry{
+			testkit.Symlink("a", "."),
+			testkit.Symlink("a/a/a/l", "../../.."),
 		}, "a/a/a/l"},
 		// Lexically "s/.." is ".", but with s -> . it is "..": a ".."
 		// after a name is refused, whether that name is a symlink already,
 		// later in the archive, or never.
-		{"symlink target through a symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
-			{Type: tar.TypeSymlink, Name: "x", Linkname: "s/.."},
+		{"symlink target through a symlink", []testkit.Entry{
+			testkit.Symlink("s", "."),
+			testkit.Symlink("x", "s/.."),
 		}, "x"},
-		{"symlink target through a later symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "x", Linkname: "s/.."},
-			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
+		{"symlink target through a later symlink", []testkit.Entry{
+			testkit.Symlink("x", "s/.."),
+			testkit.Symlink("s", "."),
 		}, "x"},
-		{"hard link through a symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
-			{Type: tar.TypeLink, Name: "h", Linkname: "s/../x"},
+		{"hard link through a symlink", []testkit.Entry{
+			testkit.Symlink("s", "."),
+			testkit.Link("h", "s/../x"),
 		}, "h"},
 		// os.Link links a symlink itself: d/up -> .. copied to t is t -> ..
-		{"hard link to a symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "d/up", Linkname: ".."},
-			{Type: tar.TypeLink, Name: "t", Linkname: "d/up"},
+		{"hard link to a symlink", []testkit.Entry{
+			testkit.Symlink("d/up", ".."),
+			testkit.Link("t", "d/up"),
 		}, "t"},
-		{"hard link to a symlink through a symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "d/up", Linkname: ".."},
-			{Type: tar.TypeSymlink, Name: "s", Linkname: "d"},
-			{Type: tar.TypeLink, Name: "t", Linkname: "s/up"},
+		{"hard link to a symlink through a symlink", []testkit.Entry{
+			testkit.Symlink("d/up", ".."),
+			testkit.Symlink("s", "d"),
+			testkit.Link("t", "s/up"),
 		}, "t"},
-		{"name through a symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "s", Linkname: "."},
-			{Name: "s/../x"},
+		{"name through a symlink", []testkit.Entry{
+			testkit.Symlink("s", "."),
+			testkit.File("s/../x", "", 0o644),
 		}, "s/../x"},
-		{"the destination replaced by a symlink", []entry{
-			{Type: tar.TypeSymlink, Name: "./", Linkname: "."},
-			{Name: "escaped"},
+		{"the destination replaced by a symlink", []testkit.Entry{
+			testkit.Symlink("./", "."),
+			testkit.File("escaped", "", 0o644),
 		}, "./"},
-		{"device", []entry{{Type: tar.TypeChar, Name: "null"}}, "null"},
+		{"device", []testkit.Entry{{Header: tar.Header{Typeflag: tar.TypeChar, Name: "null", Mode: 0o644}}}, "null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := archive(t, append([]entry{{Name: "first", Body: "ok"}}, tc.entries...)...)
+			in := testkit.Tar(t, append([]testkit.Entry{testkit.File("first", "ok", 0o644)}, tc.entries...)...)
 			got, err := io.ReadAll(New(bytes.NewReader(in), ""))
 			require.ErrorIs(t, err, ErrUnsafe)
 			assert.Contains(t, err.Error(), `"`+tc.culprit+`"`, "the error names the entry")
 			// What came out before the refusal holds only the safe entries.
-			var names []string
-			tr := tar.NewReader(bytes.NewReader(got))
-			for {
-				h, err := tr.Next()
-				if err != nil {
-					break
-				}
-				names = append(names, h.Name)
-			}
+			entries, _ := testkit.Untar(got) // cut short by the refusal
+			names := testkit.Names(entries)
 			assert.Equal(t, "first", names[0])
 			assert.NotContains(t, names, tc.culprit, "nothing of the refused entry is emitted")
 		})
@@ -160,11 +118,11 @@ func TestGuardTarRefusesEscapes(t *testing.T) {
 }
 
 func TestGuardTarEmptyAndCorrupt(t *testing.T) {
-	got, err := io.ReadAll(New(bytes.NewReader(archive(t)), ""))
+	got, err := io.ReadAll(New(bytes.NewReader(testkit.Tar(t)), ""))
 	require.NoError(t, err)
 	assert.Empty(t, listTar(t, got))
 
-	in := archive(t, entry{Name: "f", Body: strings.Repeat("x", 2000)})
+	in := testkit.Tar(t, testkit.File("f", strings.Repeat("x", 2000), 0o644))
 	_, err = io.ReadAll(New(bytes.NewReader(in[:700]), ""))
 	require.Error(t, err, "a truncated stream is an error, not a short archive")
 	assert.False(t, errors.Is(err, ErrUnsafe))
@@ -331,20 +289,20 @@ func physical(p string, links map[string]string) (string, bool) {
 // Podman names the entries of a followed symlink after its target; a
 // root names them after the path that was asked for, links included.
 func TestGuardTarRenamesTheRoot(t *testing.T) {
-	in := archive(t,
-		entry{Type: tar.TypeDir, Name: "d/", Mode: 0o755},
-		entry{Name: "d/f", Body: "x"},
-		entry{Type: tar.TypeLink, Name: "d/h", Linkname: "d/f"},
-		entry{Type: tar.TypeSymlink, Name: "d/s", Linkname: "f"},
+	in := testkit.Tar(t,
+		testkit.Dir("d/", 0o755),
+		testkit.File("d/f", "x", 0o644),
+		testkit.Link("d/h", "d/f"),
+		testkit.Symlink("d/s", "f"),
 	)
 	g := New(bytes.NewReader(in), "dl")
 	got, err := io.ReadAll(g)
 	require.NoError(t, err)
 	assert.Equal(t, 4, g.Entries())
+	entries, _ := testkit.Untar(got)
 	var names []string
-	tr := tar.NewReader(bytes.NewReader(got))
-	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
-		names = append(names, h.Name+">"+h.Linkname)
+	for _, e := range entries {
+		names = append(names, e.Name+">"+e.Linkname)
 	}
 	assert.Equal(t, []string{"dl/>", "dl/f>", "dl/h>dl/f", "dl/s>f"}, names)
 
@@ -355,7 +313,7 @@ func TestGuardTarRenamesTheRoot(t *testing.T) {
 		assert.Equal(t, listTar(t, in), listTar(t, got), "root %q", root)
 	}
 	// An empty stream has no entry.
-	g = New(bytes.NewReader(archive(t)), "x")
+	g = New(bytes.NewReader(testkit.Tar(t)), "x")
 	_, err = io.ReadAll(g)
 	require.NoError(t, err)
 	assert.Zero(t, g.Entries())

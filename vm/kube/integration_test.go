@@ -2,7 +2,6 @@ package kube_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"os"
 	osexec "os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 	"github.com/podvm/podvm/vm/kube"
 	"github.com/podvm/podvm/vm/vmtest"
@@ -55,7 +54,9 @@ var runID = func() string {
 	return hex.EncodeToString(b)
 }()
 
-func required() bool { return os.Getenv("CI") == "true" || os.Getenv("PODVM_REQUIRE_KUBE") == "1" }
+// requireKube is the variable that, set to 1, makes a missing cluster
+// fail the tests as CI=true does.
+const requireKube = "PODVM_REQUIRE_KUBE"
 
 // lookup returns the configured cluster, or why there is none.
 func lookup() (env, string) {
@@ -80,10 +81,7 @@ func need(t testing.TB) env {
 	t.Helper()
 	e, why := lookup()
 	if why != "" {
-		if required() {
-			t.Fatal(why + "; failing because CI=true or PODVM_REQUIRE_KUBE=1")
-		}
-		t.Skip(why)
+		testkit.SkipOrFail(t, requireKube, why)
 	}
 	return e
 }
@@ -460,26 +458,14 @@ func TestSlowReader(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, v.Remove(context.Background())) }()
 			require.NoError(t, v.Create(ctx))
-			w := &slowWriter{rate: 4 << 20}
+			w := &testkit.SlowWriter{Rate: 4 << 20}
 			res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", fmt.Sprintf("head -c %d /dev/zero; echo done >&2; exit 3", size)}, Stdout: w})
 			require.NoError(t, err)
-			assert.Equal(t, int64(size), w.n, "bytes of stdout")
+			assert.Equal(t, int64(size), w.N(), "bytes of stdout")
 			assert.Equal(t, 3, res.ExitCode)
 			assert.Equal(t, "done\n", res.Stderr)
 		})
 	}
-}
-
-// slowWriter takes rate bytes a second, and counts them.
-type slowWriter struct {
-	rate int64
-	n    int64
-}
-
-func (w *slowWriter) Write(p []byte) (int, error) {
-	w.n += int64(len(p))
-	time.Sleep(time.Duration(int64(len(p)) * int64(time.Second) / w.rate))
-	return len(p), nil
 }
 
 // An image without /bin/sh, tar or cat (the node's pause image) cannot
@@ -489,10 +475,7 @@ func TestImageWithoutShell(t *testing.T) {
 	e := need(t)
 	image := os.Getenv("PODVM_KUBE_SHELLLESS_IMAGE")
 	if image == "" {
-		if required() {
-			t.Fatal("PODVM_KUBE_SHELLLESS_IMAGE (an image without a shell on the node: scripts/kube-up.sh exports it) is not set")
-		}
-		t.Skip("PODVM_KUBE_SHELLLESS_IMAGE is not set")
+		testkit.SkipOrFail(t, requireKube, "PODVM_KUBE_SHELLLESS_IMAGE (an image without a shell on the node: scripts/kube-up.sh exports it) is not set")
 	}
 	for _, viaExec := range []bool{false, true} {
 		t.Run(fmt.Sprint("exec=", viaExec), func(t *testing.T) {
@@ -520,7 +503,7 @@ func TestImageWithoutShell(t *testing.T) {
 // carries. Not parallel: klog's output is the process's.
 func TestCreateLogsNothing(t *testing.T) {
 	e := need(t)
-	var buf lockedWriter
+	var buf testkit.LockedBuffer
 	klog.LogToStderr(false)
 	klog.SetOutput(&buf)
 	t.Cleanup(func() {
@@ -548,22 +531,4 @@ func TestCreateLogsNothing(t *testing.T) {
 		}
 	}
 	assert.Empty(t, lines, "what client-go logged")
-}
-
-// lockedWriter is a bytes.Buffer safe for concurrent writes.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -464,20 +465,15 @@ func copyRoundTrip(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		{"box/notes.txt", 0o600, []byte("line 1\nline 2\n")},
 		{"box/empty", 0o644, nil},
 	}
-	var in bytes.Buffer
-	tw := tar.NewWriter(&in)
+	var entries []testkit.Entry
 	for _, f := range files {
-		h := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0)}
 		if strings.HasSuffix(f.name, "/") {
-			h.Typeflag, h.Size = tar.TypeDir, 0
+			entries = append(entries, testkit.Dir(f.name, f.mode))
+		} else {
+			entries = append(entries, testkit.File(f.name, string(f.data), f.mode))
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(f.data)
 	}
-	tw.Close()
-	if err := v.CopyIn(ctx, "/tmp", &in); err != nil {
+	if err := v.CopyIn(ctx, "/tmp", bytes.NewReader(testkit.Tar(t, entries...))); err != nil {
 		skipIfNotSupported(t, err)
 		t.Fatalf("CopyIn: %v", err)
 	}
@@ -488,22 +484,17 @@ func copyRoundTrip(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	if err := v.CopyOut(ctx, "/tmp/box", &out); err != nil {
 		t.Fatalf("CopyOut: %v", err)
 	}
+	entries, err = testkit.Untar(out.Bytes())
+	if err != nil {
+		t.Fatalf("reading CopyOut's tar: %v", err)
+	}
 	got := map[string]file{}
-	tr := tar.NewReader(&out)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("reading CopyOut's tar: %v", err)
-		}
-		data, _ := io.ReadAll(tr)
-		name := h.Name
-		if h.Typeflag == tar.TypeDir {
+	for _, e := range entries {
+		name := e.Name
+		if e.Typeflag == tar.TypeDir {
 			name = strings.TrimSuffix(name, "/") + "/"
 		}
-		got[name] = file{name, h.Mode & 0o7777, data}
+		got[name] = file{name, e.Mode & 0o7777, []byte(e.Body)}
 	}
 	for _, f := range files {
 		g, ok := got[f.name]

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -139,7 +140,7 @@ func contractCases() []testCase {
 				}{
 					{"relative in", v.CopyIn(ctx, "tmp", strings.NewReader("")), vm.ErrInvalidPath},
 					{"relative out", v.CopyOut(ctx, "tmp", io.Discard), vm.ErrInvalidPath},
-					{"missing in", v.CopyIn(ctx, "/no/such/dir", bytes.NewReader(emptyTar())), fs.ErrNotExist},
+					{"missing in", v.CopyIn(ctx, "/no/such/dir", bytes.NewReader(testkit.Tar(t))), fs.ErrNotExist},
 					{"missing out", v.CopyOut(ctx, "/no/such/path", io.Discard), fs.ErrNotExist},
 				} {
 					if !errors.Is(c.err, c.want) {
@@ -204,29 +205,20 @@ func runTimedOut(ctx context.Context, t *testing.T, v vm.VM, cmd exec.Command) e
 	return err
 }
 
-func emptyTar() []byte {
-	var b bytes.Buffer
-	tar.NewWriter(&b).Close()
-	return b.Bytes()
-}
-
 // tarNames lists the entry names of archive b, directories with a slash.
 func tarNames(t *testing.T, b []byte) []string {
 	t.Helper()
+	entries, err := testkit.Untar(b)
+	if err != nil {
+		t.Fatalf("reading the archive: %v", err)
+	}
 	var names []string
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return names
-		}
-		if err != nil {
-			t.Fatalf("reading the archive: %v", err)
-		}
-		name := filepath.ToSlash(h.Name)
-		if h.Typeflag == tar.TypeDir {
+	for _, e := range entries {
+		name := filepath.ToSlash(e.Name)
+		if e.Typeflag == tar.TypeDir {
 			name = strings.TrimSuffix(name, "/") + "/"
 		}
 		names = append(names, name)
 	}
+	return names
 }

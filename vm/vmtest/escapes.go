@@ -1,7 +1,6 @@
 package vmtest
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -39,18 +39,6 @@ func escapeCases(h Harness) []testCase {
 	}
 }
 
-// tarOf is an archive of regular files, name → content.
-func tarOf(files ...string) []byte {
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for i := 0; i+1 < len(files); i += 2 {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: files[i], Mode: 0o644, Size: int64(len(files[i+1]))})
-		_, _ = io.WriteString(tw, files[i+1])
-	}
-	_ = tw.Close()
-	return b.Bytes()
-}
-
 // filesPlantedLink plants links under a copy's destination; agent says
 // the copies must refuse them as the agent's do.
 func filesPlantedLink(ctx context.Context, t *testing.T, v vm.VM, agent bool) []observation {
@@ -70,8 +58,8 @@ func filesPlantedLink(ctx context.Context, t *testing.T, v vm.VM, agent bool) []
 		label string
 		err   error
 	}{
-		{"CopyIn abs/x", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(tarOf("abs/x", "x")))},
-		{"CopyIn rel/x", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(tarOf("rel/x", "x")))},
+		{"CopyIn abs/x", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(testkit.Tar(t, testkit.File("abs/x", "x", 0o644))))},
+		{"CopyIn rel/x", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(testkit.Tar(t, testkit.File("rel/x", "x", 0o644))))},
 	} {
 		obs = append(obs, observeFile(c.label, "", c.err))
 		if agent && !errors.Is(c.err, vm.ErrUnsafeArchive) {
@@ -85,7 +73,7 @@ func filesPlantedLink(ctx context.Context, t *testing.T, v vm.VM, agent bool) []
 		err   error
 	}{
 		{"CopyDirIn rel/y", vm.CopyDirIn(ctx, v, host, "/tmp/pl/dst")},
-		{"CopyIn file", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(tarOf("file", "new\n")))},
+		{"CopyIn file", v.CopyIn(ctx, "/tmp/pl/dst", bytes.NewReader(testkit.Tar(t, testkit.File("file", "new\n", 0o644))))},
 	} {
 		obs = append(obs, observeFile(c.label, "", c.err))
 		if agent && c.err != nil { // Podman refuses a directory there

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -72,7 +73,9 @@ func filesFailures(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	deep := "/tmp" + strings.Repeat("/"+strings.Repeat("d", 200), 21) // over PATH_MAX
 	tree := t.TempDir()
 	tarIn := func(dir string) func() error {
-		return func() error { return v.CopyIn(ctx, dir, bytes.NewReader(tarOf("f", "x"))) }
+		return func() error {
+			return v.CopyIn(ctx, dir, bytes.NewReader(testkit.Tar(t, testkit.File("f", "x", 0o644))))
+		}
 	}
 	obs := runFailures(t, []failure{
 		{"write missing dir", writeErr(ctx, v, "/no/such/file"), fs.ErrNotExist},
@@ -121,7 +124,9 @@ func filesReadOnly(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	obs := runFailures(t, []failure{
 		{"write", writeErr(ctx, v, "/etc/x"), syscall.EROFS},
 		{"copy dir in", func() error { return vm.CopyDirIn(ctx, v, t.TempDir(), "/etc/sub") }, syscall.EROFS},
-		{"copy in", func() error { return v.CopyIn(ctx, "/etc", bytes.NewReader(tarOf("x", "x"))) }, syscall.EROFS},
+		{"copy in", func() error {
+			return v.CopyIn(ctx, "/etc", bytes.NewReader(testkit.Tar(t, testkit.File("x", "x", 0o644))))
+		}, syscall.EROFS},
 	})
 	// The sandbox's /tmp stays writable.
 	err := vm.WriteFile(ctx, v, "/tmp/x", []byte("x"), 0o644)

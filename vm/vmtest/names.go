@@ -1,12 +1,10 @@
 package vmtest
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -73,14 +72,14 @@ func filesDashNames(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		obs = append(obs, observeFile("read "+n, string(got), err))
 		var raw bytes.Buffer
 		err = v.CopyOut(ctx, file, &raw)
-		if entries := tarEntries(t, raw.Bytes()); err != nil || !slices.Equal(entries, []string{n + "=" + content(n)}) {
+		if entries := tarEntries(raw.Bytes()); err != nil || !slices.Equal(entries, []string{n + "=" + content(n)}) {
 			t.Errorf("CopyOut %q: %q, %v; want the one entry named after it", file, entries, err)
 		}
 		if err := vm.CopyDirIn(ctx, v, tree, dir); err != nil {
 			t.Errorf("CopyDirIn into %q: %v", dir, err)
 			continue
 		}
-		if err := v.CopyIn(ctx, dir, bytes.NewReader(tarOf(n+".in", content(n)))); err != nil {
+		if err := v.CopyIn(ctx, dir, bytes.NewReader(testkit.Tar(t, testkit.File(n+".in", content(n), 0o644)))); err != nil {
 			t.Errorf("CopyIn into %q: %v", dir, err)
 		}
 		list, err := vm.ReadDir(ctx, v, dir)
@@ -170,7 +169,7 @@ func filesGlobNames(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		}
 		var raw bytes.Buffer
 		err = v.CopyOut(ctx, "/tmp/g/"+n, &raw)
-		if entries := tarEntries(t, raw.Bytes()); err != nil || !slices.Equal(entries, []string{n + "=" + content(n)}) {
+		if entries := tarEntries(raw.Bytes()); err != nil || !slices.Equal(entries, []string{n + "=" + content(n)}) {
 			t.Errorf("CopyOut %q: %q, %v; want the one entry named after it", n, entries, err)
 		}
 	}
@@ -231,24 +230,13 @@ func emptyDir(t *testing.T) string { return t.TempDir() }
 
 // tarEntries describes a tar stream's entries as "name=content" (a
 // directory's content is "<dir>").
-func tarEntries(t *testing.T, b []byte) []string {
-	t.Helper()
-	var out []string
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			if err != io.EOF {
-				out = append(out, "error: "+err.Error())
-			}
-			return out
-		}
-		data, _ := io.ReadAll(tr)
-		if h.Typeflag == tar.TypeDir {
-			data = []byte("<dir>")
-		}
-		out = append(out, strings.TrimSuffix(h.Name, "/")+"="+string(data))
+func tarEntries(b []byte) []string {
+	entries, err := testkit.Untar(b)
+	out := testkit.Contents(entries)
+	if err != nil {
+		out = append(out, "error: "+err.Error())
 	}
+	return out
 }
 
 func filesNoHostCopy(ctx context.Context, t *testing.T, v vm.VM) []observation {
@@ -316,7 +304,7 @@ func streamCases() []testCase {
 		{Name: "output/failing-writer", Promise: "a live Stdout writer that fails makes Run return an error",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				boom := errors.New("the writer broke")
-				res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "echo one; sleep 0.2; echo two"}, Stdout: failingWriter{boom}})
+				res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "echo one; sleep 0.2; echo two"}, Stdout: testkit.FailingWriter{Err: boom}})
 				if err == nil {
 					t.Errorf("Run: no error (exit %d); want the writer's", res.ExitCode)
 				}
@@ -324,8 +312,3 @@ func streamCases() []testCase {
 			}},
 	}
 }
-
-// failingWriter fails every Write with err.
-type failingWriter struct{ err error }
-
-func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // tarFile is one entry of a tar stream.
@@ -26,21 +29,16 @@ type tarFile struct {
 	content string
 }
 
-// untar reads a whole tar stream.
+// untar reads a whole tar stream, its entries by name.
 func untar(t *testing.T, stream string) map[string]tarFile {
 	t.Helper()
+	entries, err := testkit.Untar([]byte(stream))
+	require.NoError(t, err)
 	files := map[string]tarFile{}
-	tr := tar.NewReader(strings.NewReader(stream))
-	for i := 0; ; i++ {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		require.NoError(t, err)
-		b, err := io.ReadAll(tr)
-		require.NoError(t, err)
-		files[hdr.Name] = tarFile{i, hdr, string(b)}
+	for i, e := range entries {
+		files[e.Name] = tarFile{i, &e.Header, e.Body}
 	}
+	return files
 }
 
 // tempDir is t.TempDir, made removable at the end by a user who is not
@@ -300,39 +298,17 @@ func TestTarOutChangedSize(t *testing.T) {
 // discardStdout drops what an operation wrote before it failed.
 func discardStdout(r result) result { r.stdout = ""; return r }
 
-// ent is one entry of an archive a test writes.
-type ent struct {
-	hdr  tar.Header
-	body string
-}
-
-func reg(name, body string, mode int64) ent {
-	return ent{tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode, Size: int64(len(body)), ModTime: when}, body}
-}
-func dirEnt(name string, mode int64) ent {
-	return ent{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: mode, ModTime: when}}
-}
-func symEnt(name, target string) ent {
-	return ent{hdr: tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, ModTime: when}}
-}
-func linkEnt(name, target string) ent {
-	return ent{hdr: tar.Header{Name: name, Typeflag: tar.TypeLink, Linkname: target, ModTime: when}}
-}
-
-func archive(t *testing.T, ents ...ent) string {
+// archive is the tar stream of ents as the agent's tests write it: in
+// GNU format, every entry's mtime when (a global header as it is).
+func archive(t *testing.T, ents ...testkit.Entry) string {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range ents {
-		if e.hdr.Typeflag != tar.TypeXGlobalHeader {
-			e.hdr.Format = tar.FormatGNU
+	ents = slices.Clone(ents)
+	for i := range ents {
+		if ents[i].Typeflag != tar.TypeXGlobalHeader {
+			ents[i].Format, ents[i].ModTime = tar.FormatGNU, when
 		}
-		require.NoError(t, tw.WriteHeader(&e.hdr))
-		_, err := io.WriteString(tw, e.body)
-		require.NoError(t, err)
 	}
-	require.NoError(t, tw.Close())
-	return buf.String()
+	return string(testkit.Tar(t, ents...))
 }
 
 // modes are the ways tar-in resolves paths: with openat2 where the kernel
@@ -351,7 +327,7 @@ func TestTarIn(t *testing.T) {
 	tests := []struct {
 		name    string
 		setup   func(t *testing.T, dst, outside string)
-		ents    []ent
+		ents    []testkit.Entry
 		stream  string // instead of ents
 		code    Code
 		msg     string // the failure with openat2
@@ -361,13 +337,13 @@ func TestTarIn(t *testing.T) {
 		{
 			name:  "a planted absolute symlink",
 			setup: func(t *testing.T, dst, outside string) { require.NoError(t, os.Symlink(outside, dst+"/evil")) },
-			ents:  []ent{reg("evil/x", "bad", 0o644)},
+			ents:  []testkit.Entry{testkit.File("evil/x", "bad", 0o644)},
 			code:  CodeUnsafe, msg: `entry "evil/x": ` + out, walkMsg: `entry "evil/x": ` + errSymlink.Error(),
 		},
 		{
 			name:  "a planted relative symlink",
 			setup: func(t *testing.T, dst, outside string) { require.NoError(t, os.Symlink("../outside", dst+"/evil")) },
-			ents:  []ent{reg("evil/x", "bad", 0o644)},
+			ents:  []testkit.Entry{testkit.File("evil/x", "bad", 0o644)},
 			code:  CodeUnsafe, msg: `entry "evil/x": ` + out, walkMsg: `entry "evil/x": ` + errSymlink.Error(),
 		},
 		{
@@ -376,7 +352,7 @@ func TestTarIn(t *testing.T) {
 				require.NoError(t, os.MkdirAll(dst+"/a/b", 0o700))
 				require.NoError(t, os.Symlink("../../../outside", dst+"/a/b/evil"))
 			},
-			ents: []ent{dirEnt("a/b/evil/c/", 0o755)},
+			ents: []testkit.Entry{testkit.Dir("a/b/evil/c/", 0o755)},
 			code: CodeUnsafe, msg: `entry "a/b/evil/c/": ` + out, walkMsg: `entry "a/b/evil/c/": ` + errSymlink.Error(),
 		},
 		{
@@ -385,37 +361,37 @@ func TestTarIn(t *testing.T) {
 				require.NoError(t, os.Symlink("l2", dst+"/l1"))
 				require.NoError(t, os.Symlink(outside, dst+"/l2"))
 			},
-			ents: []ent{reg("l1/x", "bad", 0o644)},
+			ents: []testkit.Entry{testkit.File("l1/x", "bad", 0o644)},
 			code: CodeUnsafe, msg: `entry "l1/x": ` + out, walkMsg: `entry "l1/x": ` + errSymlink.Error(),
 		},
 		{
 			name: "the archive's own symlink out",
-			ents: []ent{symEnt("l", "../outside"), reg("l/x", "bad", 0o644)},
+			ents: []testkit.Entry{testkit.Symlink("l", "../outside"), testkit.File("l/x", "bad", 0o644)},
 			code: CodeUnsafe, msg: `entry "l/x": ` + out, walkMsg: `entry "l/x": ` + errSymlink.Error(),
 		},
 		{
 			name:  "a hard link through a planted symlink",
 			setup: func(t *testing.T, dst, outside string) { require.NoError(t, os.Symlink(outside, dst+"/evil")) },
-			ents:  []ent{linkEnt("h", "evil/f")},
+			ents:  []testkit.Entry{testkit.Link("h", "evil/f")},
 			code:  CodeUnsafe, msg: `entry "h": link target: ` + out, walkMsg: `entry "h": link target: ` + errSymlink.Error(),
 		},
-		{name: "a hard link up", ents: []ent{linkEnt("h", "../outside/f")}, code: CodeUnsafe, msg: `entry "h": link target: a name with ".."`},
-		{name: "an absolute name", ents: []ent{reg("/x", "", 0o644)}, code: CodeUnsafe, msg: `entry "/x": an absolute name`},
-		{name: "a name up", ents: []ent{reg("../x", "", 0o644)}, code: CodeUnsafe, msg: `entry "../x": a name with ".."`},
-		{name: "a name down and up", ents: []ent{reg("a/../../x", "", 0o644)}, code: CodeUnsafe, msg: `entry "a/../../x": a name with ".."`},
+		{name: "a hard link up", ents: []testkit.Entry{testkit.Link("h", "../outside/f")}, code: CodeUnsafe, msg: `entry "h": link target: a name with ".."`},
+		{name: "an absolute name", ents: []testkit.Entry{testkit.File("/x", "", 0o644)}, code: CodeUnsafe, msg: `entry "/x": an absolute name`},
+		{name: "a name up", ents: []testkit.Entry{testkit.File("../x", "", 0o644)}, code: CodeUnsafe, msg: `entry "../x": a name with ".."`},
+		{name: "a name down and up", ents: []testkit.Entry{testkit.File("a/../../x", "", 0o644)}, code: CodeUnsafe, msg: `entry "a/../../x": a name with ".."`},
 		{
 			name: "a character device",
-			ents: []ent{{hdr: tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666}}},
+			ents: []testkit.Entry{{Header: tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666}}},
 			code: CodeUnsafe, msg: `entry "null": a device cannot be created`,
 		},
 		{
 			name: "a block device",
-			ents: []ent{{hdr: tar.Header{Name: "sda", Typeflag: tar.TypeBlock, Devmajor: 8, Mode: 0o660}}},
+			ents: []testkit.Entry{{Header: tar.Header{Name: "sda", Typeflag: tar.TypeBlock, Devmajor: 8, Mode: 0o660}}},
 			code: CodeUnsafe, msg: `entry "sda": a device cannot be created`,
 		},
 		{
 			name: "an unknown type",
-			ents: []ent{{hdr: tar.Header{Name: "c", Typeflag: tar.TypeCont, Mode: 0o660}}},
+			ents: []testkit.Entry{{Header: tar.Header{Name: "c", Typeflag: tar.TypeCont, Mode: 0o660}}},
 			code: CodeUnsafe, msg: `entry "c": tar entry type '7' is not supported`,
 		},
 		{
@@ -424,7 +400,7 @@ func TestTarIn(t *testing.T) {
 				require.NoError(t, os.Mkdir(dst+"/sub", 0o700))
 				require.NoError(t, os.Symlink("sub", dst+"/in"))
 			},
-			ents:    []ent{reg("in/x", "ok", 0o644)},
+			ents:    []testkit.Entry{testkit.File("in/x", "ok", 0o644)},
 			walkMsg: `entry "in/x": ` + errSymlink.Error(),
 			check: func(t *testing.T, dst string) {
 				b, _ := os.ReadFile(dst + "/sub/x")
@@ -434,7 +410,7 @@ func TestTarIn(t *testing.T) {
 		{
 			name:  "a file over a planted symlink",
 			setup: func(t *testing.T, dst, outside string) { require.NoError(t, os.Symlink(outside+"/f", dst+"/f")) },
-			ents:  []ent{reg("f", "new", 0o644)},
+			ents:  []testkit.Entry{testkit.File("f", "new", 0o644)},
 			check: func(t *testing.T, dst string) {
 				fi, err := os.Lstat(dst + "/f")
 				require.NoError(t, err)
@@ -444,7 +420,7 @@ func TestTarIn(t *testing.T) {
 		{
 			name:  "a symlink over a file",
 			setup: func(t *testing.T, dst, outside string) { write(t, dst+"/f", "old", 0o600) },
-			ents:  []ent{symEnt("f", "target")},
+			ents:  []testkit.Entry{testkit.Symlink("f", "target")},
 			check: func(t *testing.T, dst string) {
 				target, err := os.Readlink(dst + "/f")
 				require.NoError(t, err)
@@ -454,13 +430,13 @@ func TestTarIn(t *testing.T) {
 		{
 			name:  "a file over a directory",
 			setup: func(t *testing.T, dst, outside string) { require.NoError(t, os.Mkdir(dst+"/d", 0o700)) },
-			ents:  []ent{reg("d", "", 0o644)},
+			ents:  []testkit.Entry{testkit.File("d", "", 0o644)},
 			code:  CodeIsDir, msg: `entry "d": is a directory`,
 		},
 		{
 			name:  "a directory over a file",
 			setup: func(t *testing.T, dst, outside string) { write(t, dst+"/d", "", 0o600) },
-			ents:  []ent{dirEnt("d/", 0o750)},
+			ents:  []testkit.Entry{testkit.Dir("d/", 0o750)},
 			check: func(t *testing.T, dst string) {
 				fi, err := os.Lstat(dst + "/d")
 				require.NoError(t, err)
@@ -473,7 +449,7 @@ func TestTarIn(t *testing.T) {
 				require.NoError(t, os.Mkdir(dst+"/d", 0o700))
 				write(t, dst+"/d/old", "old", 0o600)
 			},
-			ents: []ent{dirEnt("d/", 0o750), reg("d/new", "new", 0o600)},
+			ents: []testkit.Entry{testkit.Dir("d/", 0o750), testkit.File("d/new", "new", 0o600)},
 			check: func(t *testing.T, dst string) {
 				assert.FileExists(t, dst+"/d/old")
 				assert.FileExists(t, dst+"/d/new")
@@ -484,7 +460,7 @@ func TestTarIn(t *testing.T) {
 		},
 		{
 			name: "missing parents",
-			ents: []ent{reg("p/q/r", "r", 0o644)},
+			ents: []testkit.Entry{testkit.File("p/q/r", "r", 0o644)},
 			check: func(t *testing.T, dst string) {
 				b, _ := os.ReadFile(dst + "/p/q/r")
 				assert.Equal(t, "r", string(b))
@@ -492,7 +468,7 @@ func TestTarIn(t *testing.T) {
 		},
 		{
 			name: "a hard link",
-			ents: []ent{reg("a", "a", 0o644), linkEnt("b", "a"), linkEnt("./c", "./a")},
+			ents: []testkit.Entry{testkit.File("a", "a", 0o644), testkit.Link("b", "a"), testkit.Link("./c", "./a")},
 			check: func(t *testing.T, dst string) {
 				a, _ := os.Stat(dst + "/a")
 				for _, name := range []string{"b", "c"} {
@@ -504,10 +480,10 @@ func TestTarIn(t *testing.T) {
 		},
 		{
 			name: "modes",
-			ents: []ent{
-				reg("suid", "", 0o4755), reg("sgid", "", 0o2750), reg("none", "x", 0),
-				dirEnt("sticky/", 0o1777), dirEnt("ro/", 0o555), reg("ro/f", "f", 0o400),
-				{hdr: tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o640}},
+			ents: []testkit.Entry{
+				testkit.File("suid", "", 0o4755), testkit.File("sgid", "", 0o2750), testkit.File("none", "x", 0),
+				testkit.Dir("sticky/", 0o1777), testkit.Dir("ro/", 0o555), testkit.File("ro/f", "f", 0o400),
+				{Header: tar.Header{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o640}},
 			},
 			check: func(t *testing.T, dst string) {
 				for name, want := range map[string]fs.FileMode{
@@ -523,7 +499,7 @@ func TestTarIn(t *testing.T) {
 		},
 		{
 			name: "the destination's own entry and mtimes",
-			ents: []ent{dirEnt("./", 0o750), dirEnt("d/", 0o755), reg("d/f", "f", 0o644), symEnt("d/l", "f")},
+			ents: []testkit.Entry{testkit.Dir("./", 0o750), testkit.Dir("d/", 0o755), testkit.File("d/f", "f", 0o644), testkit.Symlink("d/l", "f")},
 			check: func(t *testing.T, dst string) {
 				for _, name := range []string{"", "d", "d/f", "d/l"} {
 					fi, err := os.Lstat(dst + "/" + name)
@@ -536,7 +512,7 @@ func TestTarIn(t *testing.T) {
 		},
 		{
 			name: "a global header",
-			ents: []ent{{hdr: tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "c"}}}, reg("f", "f", 0o644)},
+			ents: []testkit.Entry{{Header: tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "c"}}}, testkit.File("f", "f", 0o644)},
 			check: func(t *testing.T, dst string) {
 				assert.NoFileExists(t, dst+"/pax_global_header")
 				assert.FileExists(t, dst+"/f")
@@ -545,7 +521,7 @@ func TestTarIn(t *testing.T) {
 		{
 			name: "a cut stream",
 			stream: func() string {
-				s := archive(t, reg("f", strings.Repeat("x", 2000), 0o644))
+				s := archive(t, testkit.File("f", strings.Repeat("x", 2000), 0o644))
 				return s[:1000]
 			}(),
 			code: CodeFailed, msg: `entry "f": unexpected EOF`,
@@ -594,7 +570,7 @@ func TestTarInDestination(t *testing.T) {
 	write(t, dir+"/file", "", 0o600)
 	require.NoError(t, os.Mkdir(dir+"/d", 0o700))
 	require.NoError(t, os.Symlink("d", dir+"/link"))
-	stream := archive(t, reg("f", "f", 0o644))
+	stream := archive(t, testkit.File("f", "f", 0o644))
 
 	assert.Equal(t, result{int(CodeNotExist), "", "no such file or directory\n"}, call(t, stream, "tar-in", dir+"/missing"))
 	assert.Equal(t, result{int(CodeNotDir), "", "not a directory\n"}, call(t, stream, "tar-in", dir+"/file"))
