@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/podman"
 )
 
@@ -56,3 +57,9 @@ func NewAPIVM(ctx context.Context, uri string, cfg Config, opts ...Option) (*API
 	}
 	return v, nil
 }
+
+// APIError is a request to the Podman service that failed: [APIVM]'s
+// errors wrap one, next to the sentinel it was mapped to, so that
+// [errors.As] reaches what the service answered (its HTTP status, libpod's
+// cause and message) or, when no answer came, the transport's error.
+type APIError = libpod.Error

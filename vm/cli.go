@@ -47,3 +47,10 @@ func NewCLIVM(cfg Config, x exec.Executor, opts ...Option) (*CLIVM, error) {
 	}
 	return v, nil
 }
+
+// CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,
+// next to the sentinel it was mapped to, so that [errors.As] reaches what
+// podman said: its subcommand (Op: "run", "exec", "cp", "rm"), its exit
+// status (ExitCode) and its standard error as captured (Stderr). Its
+// Error is "podman OP exited CODE: " and podman's error lines.
+type CLIError = podman.CLIError

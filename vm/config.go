@@ -14,7 +14,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/agent"
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // Labels every podvm sandbox carries, so that [Reap] and
@@ -266,24 +266,34 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// spec is the container Podman makes for c, with defaults, and podvm's
-// labels. PID 1 is the agent when a is set, else Podman's init.
-func (c Config) spec(a *agentMount) podman.Spec {
-	s := podman.Spec{Name: c.Name, Image: c.Image, Labels: c.labels(), Env: c.Env, Workdir: c.Workdir, User: c.User,
+// spec is the container the engine makes for c, with defaults, and
+// podvm's labels; its PID 1 is the engine's init until an agent is put in
+// ([agentMount.spec]).
+func (c Config) spec() driver.Spec {
+	s := driver.Spec{Name: c.Name, Image: c.Image, Labels: c.labels(), Env: c.Env, Workdir: c.Workdir, User: c.User,
 		Network: c.Network, Memory: c.Memory, CPUs: c.CPUs, Pids: c.Pids, ReadOnlyRootfs: c.ReadOnlyRootfs,
 		Capabilities: DefaultCapabilities}
 	for _, m := range c.Mounts {
-		s.Mounts = append(s.Mounts, podman.Mount(m))
+		s.Mounts = append(s.Mounts, driver.Mount(m))
 	}
-	if a != nil {
-		s.Agent = agent.Path
-		if a.hostDir != "" {
-			s.Mounts = append(s.Mounts, podman.Mount{Source: a.hostDir, Target: agent.Dir, ReadOnly: true})
-		}
-		if a.chanDir != "" {
-			s.Mounts = append(s.Mounts, podman.Mount{Source: a.chanDir, Target: agent.ChannelDir, ReadOnly: true})
-			s.AgentArgs = agent.ConnectArgs
-		}
+	return s
+}
+
+// spec returns a copy of s, a sandbox's spec, with the agent a as its
+// PID 1, mounted or not; with no agent (the Podman exec path), s as it is.
+func (a *agentMount) spec(s driver.Spec) driver.Spec {
+	s.Labels = maps.Clone(s.Labels)
+	s.Mounts = slices.Clone(s.Mounts)
+	if a == nil {
+		return s
+	}
+	s.Agent = agent.Path
+	if a.hostDir != "" {
+		s.Mounts = append(s.Mounts, driver.Mount{Source: a.hostDir, Target: agent.Dir, ReadOnly: true})
+	}
+	if a.chanDir != "" {
+		s.Mounts = append(s.Mounts, driver.Mount{Source: a.chanDir, Target: agent.ChannelDir, ReadOnly: true})
+		s.AgentArgs = agent.ConnectArgs
 	}
 	return s
 }

@@ -25,7 +25,7 @@ func FuzzConfig(f *testing.F) {
 		if strings.HasPrefix(image, "-") || strings.ContainsAny(image, " ;$`\n\x00") {
 			t.Fatalf("accepted image %q", image)
 		}
-		argv := podman.CreateArgs(cfg.withDefaults().spec(nil))
+		argv := podman.CreateArgs(cfg.withDefaults().spec())
 		if argv[len(argv)-1] != image {
 			t.Fatalf("the image is not the last argument: %q", argv)
 		}

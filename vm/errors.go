@@ -3,8 +3,7 @@ package vm
 import (
 	"errors"
 
-	"github.com/podvm/podvm/internal/libpod"
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // Sentinel errors, checked with [errors.Is]. Backend errors wrap one of
@@ -12,7 +11,7 @@ import (
 // stderr for the CLI, the libpod error for the API).
 var (
 	// ErrInvalidConfig: the Config was refused before Podman was called.
-	ErrInvalidConfig = podman.ErrInvalidConfig
+	ErrInvalidConfig = driver.ErrInvalidConfig
 	// ErrNotCreated: the VM was used before Create succeeded.
 	ErrNotCreated = errors.New("vm: sandbox not created")
 	// ErrAlreadyCreated: Create was called on a VM that exists.
@@ -21,31 +20,18 @@ var (
 	ErrRemoved = errors.New("vm: sandbox removed")
 	// ErrNoSuchContainer: Podman does not know the sandbox's container
 	// (removed behind the VM's back, or never made).
-	ErrNoSuchContainer = podman.ErrNoSuchContainer
+	ErrNoSuchContainer = driver.ErrNoSuchContainer
 	// ErrContainerNotRunning: the container exists but has stopped.
-	ErrContainerNotRunning = podman.ErrContainerNotRunning
+	ErrContainerNotRunning = driver.ErrContainerNotRunning
 	// ErrImageNotFound: the image is not present and the pull policy does
 	// not allow fetching it, or no registry has it.
-	ErrImageNotFound = podman.ErrImageNotFound
+	ErrImageNotFound = driver.ErrImageNotFound
 	// ErrNameInUse: another container already has the configured Name.
-	ErrNameInUse = podman.ErrNameInUse
+	ErrNameInUse = driver.ErrNameInUse
 	// ErrUnavailable: the Podman service or binary cannot be reached.
-	ErrUnavailable = podman.ErrUnavailable
+	ErrUnavailable = driver.ErrUnavailable
 	// ErrPodman: Podman failed in a way no other sentinel describes.
-	ErrPodman = podman.ErrPodman
+	ErrPodman = driver.ErrPodman
 	// ErrNotSupported: the backend or server cannot do this at all.
-	ErrNotSupported = podman.ErrNotSupported
+	ErrNotSupported = driver.ErrNotSupported
 )
-
-// CLIError is a podman invocation that failed: [CLIVM]'s errors wrap one,
-// next to the sentinel it was mapped to, so that [errors.As] reaches what
-// podman said: its subcommand (Op: "run", "exec", "cp", "rm"), its exit
-// status (ExitCode) and its standard error as captured (Stderr). Its
-// Error is "podman OP exited CODE: " and podman's error lines.
-type CLIError = podman.CLIError
-
-// APIError is a request to the Podman service that failed: [APIVM]'s
-// errors wrap one, next to the sentinel it was mapped to, so that
-// [errors.As] reaches what the service answered (its HTTP status, libpod's
-// cause and message) or, when no answer came, the transport's error.
-type APIError = libpod.Error

@@ -9,7 +9,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/capture"
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // This file is how a Run on the Podman exec path that its timeout, its
@@ -122,17 +122,21 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func newMarker() string { return markerKey + "=" + randomHex() }
 
 // killProcess is the exec session that kills the run marked with marker.
-func killProcess(user, marker string) podman.Process {
-	return podman.Process{
+func killProcess(user, marker string) driver.Process {
+	return driver.Process{
 		Argv: []string{"/bin/sh", "-c", killScript, "podvm-kill", marker},
 		Env:  []string{killCheck},
 		User: user,
 	}
 }
 
+// killMessageBytes caps what is kept of the kill script's stderr: only
+// its error message matters.
+const killMessageBytes = 64 << 10
+
 // killOnce runs the kill script once.
-func (s *sandbox) killOnce(ctx context.Context, id string, script podman.Process) error {
-	out, errs := capture.New(len(killDone)+1), capture.New(podman.MessageBytes)
+func (s *sandbox) killOnce(ctx context.Context, id string, script driver.Process) error {
+	out, errs := capture.New(len(killDone)+1), capture.New(killMessageBytes)
 	script.Stdout, script.Stderr = out, errs
 	code, _, err := s.d.Exec(ctx, id, script)
 	switch {
@@ -142,9 +146,6 @@ func (s *sandbox) killOnce(ctx context.Context, id string, script podman.Process
 		return nil
 	case code == 0:
 		return fmt.Errorf("%w: the kill script ended without saying it was done", ErrPodman)
-	}
-	if err := podman.StartFailure("the kill script", code, 0, errs.String(), errs.Total()); err != nil {
-		return err
 	}
 	if code == 2 && strings.Contains(errs.String(), "podvm-kill: cannot read process environments") {
 		return fmt.Errorf("%w: %w", ErrPodman, errKillBlind)

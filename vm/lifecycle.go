@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/internal/agent"
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // labelToken names one sandbox's container before its ID is known, so a
@@ -30,7 +30,7 @@ const cleanupTimeout = 30 * time.Second
 // the lifecycle (this file), Run (run.go), how a run is stopped
 // (kill.go) and the copies (copy.go).
 type sandbox struct {
-	d     podman.Driver
+	d     driver.Driver
 	cfg   Config // with defaults
 	token string // value of labelToken on our container
 
@@ -39,7 +39,7 @@ type sandbox struct {
 	// created: Create was called; made: something of ours may be left.
 	created, made bool
 	chanDir       string      // the agent's channel directory, if one was made
-	host          podman.Host // what the service enforces, known at Create
+	spec          driver.Spec // the container's, without the agent: built and checked once, at Create
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -52,7 +52,7 @@ type state struct {
 // init makes s a sandbox for cfg, already validated, on d. When d's
 // Podman runs on this machine, a mount source that does not exist is
 // [ErrInvalidConfig], and d is closed.
-func (s *sandbox) init(d podman.Driver, cfg Config) error {
+func (s *sandbox) init(d driver.Driver, cfg Config) error {
 	if local, _ := d.Local(); local {
 		if err := cfg.checkMountSources(); err != nil {
 			d.Close()
@@ -63,34 +63,17 @@ func (s *sandbox) init(d podman.Driver, cfg Config) error {
 	return nil
 }
 
-// hosts holds what each service enforces, by service ([podman.Driver.Local]'s
-// name), learnt once per process, and forgotten when the service could not
-// be reached (it may come back as another kind).
-var hosts sync.Map
-
-// checkLimits learns what the service enforces, when its driver can tell,
-// and fails with an error matching [ErrNotSupported] when it cannot
-// enforce a limit of the config (rootless Podman without the cgroup
-// controller: [podman.Host.Enforce]).
-func (s *sandbox) checkLimits(ctx context.Context) error {
-	h, ok := s.d.(podman.Hoster)
+// checkLimits checks spec against what the engine enforces, when its
+// driver can tell ([driver.Limiter]), before anything is made: a limit it
+// cannot enforce (rootless Podman without the cgroup controller) fails
+// with an error matching [ErrNotSupported] that names it.
+func (s *sandbox) checkLimits(ctx context.Context, spec *driver.Spec) error {
+	l, ok := s.d.(driver.Limiter)
 	if !ok {
 		return nil
 	}
-	_, service := s.d.Local()
-	if v, ok := hosts.Load(service); ok {
-		s.host = v.(podman.Host)
-	} else {
-		host, err := h.Host(ctx)
-		if err != nil {
-			return fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
-		}
-		hosts.Store(service, host)
-		s.host = host
-	}
-	spec := s.cfg.spec(nil)
-	err := s.host.Enforce(&spec)
-	if le := (*podman.LimitError)(nil); errors.As(err, &le) && le.Limit == "pids" {
+	err := l.Limits(ctx, spec)
+	if le := (*driver.LimitError)(nil); errors.As(err, &le) && le.Limit == "pids" {
 		return fmt.Errorf("vm: create from %s: %w; Config.Pids = vm.NoPidsLimit runs it without one, where a fork bomb need not be contained", s.cfg.Image, err)
 	}
 	if err != nil {
@@ -151,7 +134,8 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return ErrAlreadyCreated
 	}
 	s.created = true
-	if err := s.checkLimits(ctx); err != nil {
+	s.spec = s.cfg.spec()
+	if err := s.checkLimits(ctx, &s.spec); err != nil {
 		return err // nothing was made
 	}
 	mount, err := s.ensureImages(ctx)
@@ -159,16 +143,12 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return err // nothing was made
 	}
 	id, a, err := s.createStarted(ctx, mount)
-	if errors.Is(err, ErrUnavailable) {
-		_, service := s.d.Local()
-		hosts.Delete(service)
-	}
 	switch {
 	case err == nil:
 		s.made = true
 		s.st.Store(&state{id: id, agent: a})
 		return nil
-	case errors.Is(err, podman.ErrNotReached):
+	case errors.Is(err, driver.ErrNotReached):
 		s.removeChanDir()
 		return err // nothing was made
 	}
@@ -301,10 +281,7 @@ var agentUnmountable sync.Map
 // and returns the ID of what it made, if anything, and ctx's error when
 // ctx ended first.
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
-	spec := s.cfg.spec(agent)
-	if err := s.host.Enforce(&spec); err != nil {
-		return "", err
-	}
+	spec := agent.spec(s.spec)
 	spec.Labels[labelToken] = s.token
 	return finishDespiteCancel(ctx, "create from "+s.cfg.Image, func(ctx context.Context) (string, error) {
 		return s.d.Create(ctx, spec)

@@ -57,7 +57,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 	}
 	var v interface {
 		VM
-		init(podman.Driver, Config) error
+		init(driver.Driver, Config) error
 	} = new(CLIVM)
 	if _, ok := d.(podman.API); ok {
 		v = new(APIVM)
@@ -92,7 +92,7 @@ func init() {
 // driver finds Podman as [New] describes, and logs its choice. When
 // nothing is usable the error matches [ErrUnavailable] and lists what was
 // tried, or [ErrInvalidConfig] for an option that cannot work.
-func (o options) driver(ctx context.Context) (podman.Driver, error) {
+func (o options) driver(ctx context.Context) (driver.Driver, error) {
 	if open, ok := driver.Lookup(string(o.backend)); ok {
 		return open(ctx, nil)
 	}

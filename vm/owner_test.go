@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/podvm/podvm/internal/podman"
 )
 
 // waitEnv makes the test binary a process that waits for its stdin to
@@ -232,15 +231,15 @@ func TestReapReason(t *testing.T) {
 	const ours = "00000000000000aa"
 	chk := fakeProc{start: map[int]uint64{100: 5000}}.check(ours, "ci")
 	now := time.Unix(1_000_000, 0)
-	box := func(ended bool, owner string, created int64) podman.Container {
-		return podman.Container{ID: "x", Ended: ended, Labels: map[string]string{LabelManaged: "true",
+	box := func(ended bool, owner string, created int64) driver.Container {
+		return driver.Container{ID: "x", Ended: ended, Labels: map[string]string{LabelManaged: "true",
 			LabelOwner: owner, LabelCreated: strconv.FormatInt(created, 10)}}
 	}
 	live, dead := ours+".100.5000", ours+".300.1"
 	foreign := "00000000000000bb.300.1"
 	for _, c := range []struct {
 		name      string
-		box       podman.Container
+		box       driver.Container
 		olderThan time.Duration
 		want      string
 	}{
@@ -252,8 +251,8 @@ func TestReapReason(t *testing.T) {
 		{"foreign owner, old", box(false, foreign, 990_000), time.Hour, "created 2h46m40s ago"},
 		{"ended, live owner", box(true, live, 999_990), 0, "it has ended"},
 		{"ended, foreign owner", box(true, foreign, 999_990), 0, "it has ended"},
-		{"not podvm's, ended", podman.Container{ID: "x", Ended: true, Labels: map[string]string{LabelOwner: dead}}, 0, ""},
-		{"not podvm's, dead owner", podman.Container{ID: "x", Labels: map[string]string{LabelManaged: "false", LabelOwner: dead}}, 0, ""},
+		{"not podvm's, ended", driver.Container{ID: "x", Ended: true, Labels: map[string]string{LabelOwner: dead}}, 0, ""},
+		{"not podvm's, dead owner", driver.Container{ID: "x", Labels: map[string]string{LabelManaged: "false", LabelOwner: dead}}, 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			assert.Equal(t, c.want, reapReason(c.box, chk, now, c.olderThan))
@@ -280,7 +279,7 @@ func TestManagedLabels(t *testing.T) {
 
 	// What Reap makes of them: ours while this process lives, and the
 	// same as a sandbox's.
-	c := podman.Container{ID: "x", Labels: l}
+	c := driver.Container{ID: "x", Labels: l}
 	assert.Empty(t, reapReason(c, newOwnerCheck(), time.Now(), 0))
 	assert.Equal(t, Config{Labels: map[string]string{"app": "x"}}.labels()[LabelOwner], l[LabelOwner])
 }

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // Reap removes sandboxes that podvm made and nobody will remove, and
@@ -84,7 +84,7 @@ func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]strin
 }
 
 // reapReason says why sandbox b is to be reaped, or "" when it is not.
-func reapReason(b podman.Container, chk ownerCheck, now time.Time, olderThan time.Duration) string {
+func reapReason(b driver.Container, chk ownerCheck, now time.Time, olderThan time.Duration) string {
 	if b.Labels[LabelManaged] != "true" {
 		return ""
 	}

@@ -15,12 +15,8 @@ import (
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/deadline"
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
-
-// sniffBytes is how much of stderr is kept, besides the capture, to
-// recognise Podman's own failure to start a command.
-const sniffBytes = 4 << 10
 
 // Run runs cmd in the sandbox and waits for it, keeping the [VM.Run]
 // contract: through podvm's agent (agent.go), or, with
@@ -82,15 +78,14 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 	start := time.Now()
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
-	sniff := capture.New(sniffBytes)
 	marker := newMarker()
-	p := podman.Process{
+	p := driver.Process{
 		Argv:    append([]string{cmd.Name}, cmd.Args...),
 		Env:     append(exec.MergeEnv(nil, cmd.Env), marker),
 		Workdir: cmp.Or(cmd.Dir, s.cfg.Workdir),
 		User:    s.cfg.User,
 		Stdout:  stdout,
-		Stderr:  io.MultiWriter(stderr, sniff),
+		Stderr:  stderr,
 	}
 	// The kill, once: a driver that drains the session after a stop
 	// (the kube exec path) calls it before it returns.
@@ -122,9 +117,6 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 			stop = fmt.Errorf("vm: %s: %w", cmd.Name, err)
 		}
 		return res, errors.Join(stop, killErr)
-	}
-	if err := podman.StartFailure(cmd.Name, code, stdout.Total(), sniff.String(), sniff.Total()); err != nil {
-		return nil, err
 	}
 	return result(stdout, stderr, code, start), streamErr(cmd.Name, stdin.Err(), stdout, stderr)
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // This file is snapshots: a sandbox's container committed as an image
@@ -44,7 +44,7 @@ var (
 	ErrNotSnapshot = errors.New("vm: not a podvm snapshot")
 	// ErrSnapshotInUse: a sandbox (a container, running or not) uses the
 	// snapshot; remove it first.
-	ErrSnapshotInUse = podman.ErrImageInUse
+	ErrSnapshotInUse = driver.ErrImageInUse
 )
 
 // SnapshotOptions are what [TakeSnapshot] takes. The zero value is a
@@ -216,7 +216,7 @@ func ListSnapshots(ctx context.Context, opts ...Option) ([]Snapshot, error) {
 		return nil, err
 	}
 	defer d.Close()
-	im, ok := d.(podman.Imager)
+	im, ok := d.(driver.Imager)
 	if !ok {
 		return nil, fmt.Errorf("%w: list snapshots", ErrNotSupported)
 	}
@@ -237,7 +237,7 @@ func (s *sandbox) Snapshot(ctx context.Context, opts SnapshotOptions) (*Snapshot
 	if err != nil {
 		return nil, err
 	}
-	im, ok := s.d.(podman.Imager)
+	im, ok := s.d.(driver.Imager)
 	if !ok {
 		return nil, fmt.Errorf("%w: snapshot: the backend cannot commit a container", ErrNotSupported)
 	}
@@ -253,7 +253,7 @@ func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
 	if _, _, err := removeRef(ref); err != nil {
 		return err
 	}
-	im, ok := s.d.(podman.Imager)
+	im, ok := s.d.(driver.Imager)
 	if !ok {
 		return fmt.Errorf("%w: remove snapshot: the backend cannot commit a container", ErrNotSupported)
 	}
@@ -262,7 +262,7 @@ func (s *sandbox) RemoveSnapshot(ctx context.Context, ref string) error {
 
 // removeSnapshot removes snapshot ref, naming the sandboxes' trouble in
 // the error.
-func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
+func removeSnapshot(ctx context.Context, im driver.Imager, ref string) error {
 	full, name, err := removeRef(ref)
 	if err != nil {
 		return err
@@ -287,7 +287,7 @@ func removeSnapshot(ctx context.Context, im podman.Imager, ref string) error {
 }
 
 // takeSnapshot commits container id as repo:tag.
-func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
+func takeSnapshot(ctx context.Context, im driver.Imager, id, repo, tag string, opts SnapshotOptions) (*Snapshot, error) {
 	ref := repo + ":" + tag
 	if opts.Name != "" { // podvm's own names are random: none is taken
 		old, err := im.ImageDetails(ctx, ref)
@@ -318,7 +318,7 @@ func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, o
 	if opts.Name != "" {
 		removeLostName(ctx, im, ref, imgID)
 	}
-	snap := snapshotOf(podman.Image{ID: imgID, Names: []string{ref}, Labels: labels})
+	snap := snapshotOf(driver.Image{ID: imgID, Names: []string{ref}, Labels: labels})
 	return &snap, nil
 }
 
@@ -333,8 +333,8 @@ func takeSnapshot(ctx context.Context, im podman.Imager, id, repo, tag string, o
 // under one name Podman names last keeps it; the others are removed by
 // the call that took the name from them, which lists after naming its
 // own. Another commit or removal on the same storage can make one
-// removal fail (see podman.Imager.Commit): it tries three times.
-func removeLostName(ctx context.Context, im podman.Imager, name, keep string) {
+// removal fail (see driver.Imager.Commit): it tries three times.
+func removeLostName(ctx context.Context, im driver.Imager, name, keep string) {
 	imgs, err := im.Images(ctx, LabelSnapshot+"=true")
 	if err != nil {
 		return
@@ -368,7 +368,7 @@ func snapshotLabels(id, token string, user map[string]string) map[string]string 
 }
 
 // snapshotOf describes a snapshot image.
-func snapshotOf(img podman.Image) Snapshot {
+func snapshotOf(img driver.Image) Snapshot {
 	s := Snapshot{ID: img.ID, Names: img.Names, Labels: img.Labels, Source: img.Labels[LabelSnapshotSource],
 		OwnerHost: img.Labels[LabelOwnerHost], Image: img.ID}
 	if len(img.Names) > 0 {
@@ -384,7 +384,7 @@ func snapshotOf(img podman.Image) Snapshot {
 }
 
 // listSnapshots lists the podvm snapshots, oldest first.
-func listSnapshots(ctx context.Context, im podman.Imager) ([]Snapshot, error) {
+func listSnapshots(ctx context.Context, im driver.Imager) ([]Snapshot, error) {
 	imgs, err := im.Images(ctx, LabelSnapshot+"=true")
 	if err != nil {
 		return nil, err

@@ -8,10 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/podvm/podvm/internal/podman"
 )
 
 func TestParseName(t *testing.T) {
@@ -46,7 +45,7 @@ func TestParseName(t *testing.T) {
 // fakeImager is a Podman whose commits fail after making part of the
 // image, as one whose storage fills up midway might.
 type fakeImager struct {
-	images    map[string]podman.Image // by ID
+	images    map[string]driver.Image // by ID
 	n         int                     // images committed
 	commitErr error
 	removed   []string
@@ -64,7 +63,7 @@ func (f *fakeImager) Commit(_ context.Context, id, repo, tag string, changes []s
 		f.images[id] = img
 	}
 	f.n++
-	img := podman.Image{ID: fmt.Sprintf("%064d", f.n), Names: []string{ref}, History: []string{ref}, Labels: labels}
+	img := driver.Image{ID: fmt.Sprintf("%064d", f.n), Names: []string{ref}, History: []string{ref}, Labels: labels}
 	f.images[img.ID] = img
 	if f.commitErr != nil {
 		return "", f.commitErr
@@ -72,18 +71,18 @@ func (f *fakeImager) Commit(_ context.Context, id, repo, tag string, changes []s
 	return img.ID, nil
 }
 
-func (f *fakeImager) ImageDetails(_ context.Context, ref string) (podman.Image, error) {
+func (f *fakeImager) ImageDetails(_ context.Context, ref string) (driver.Image, error) {
 	for _, img := range f.images {
 		if img.ID == ref || (len(img.Names) > 0 && img.Names[0] == ref) {
 			return img, nil
 		}
 	}
-	return podman.Image{}, fmt.Errorf("%w: %s", ErrImageNotFound, ref)
+	return driver.Image{}, fmt.Errorf("%w: %s", ErrImageNotFound, ref)
 }
 
-func (f *fakeImager) Images(_ context.Context, label string) ([]podman.Image, error) {
+func (f *fakeImager) Images(_ context.Context, label string) ([]driver.Image, error) {
 	k, v, _ := strings.Cut(label, "=")
-	var out []podman.Image
+	var out []driver.Image
 	for _, img := range f.images {
 		if img.Labels[k] == v {
 			out = append(out, img)
@@ -109,7 +108,7 @@ func (f *fakeImager) RemoveImage(_ context.Context, ref string) error {
 func TestSnapshotFailureLeavesNothing(t *testing.T) {
 	t.Parallel()
 	full := fmt.Errorf("%w: podman commit exited 125: writing blob: no space left on device", ErrPodman)
-	f := &fakeImager{images: map[string]podman.Image{}, commitErr: full}
+	f := &fakeImager{images: map[string]driver.Image{}, commitErr: full}
 	_, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{})
 	require.ErrorIs(t, err, ErrPodman)
 	assert.Contains(t, err.Error(), "no space left on device")
@@ -121,8 +120,8 @@ func TestSnapshotFailureLeavesNothing(t *testing.T) {
 // unless Replace; a snapshot's name moves, its old image goes.
 func TestSnapshotNameTaken(t *testing.T) {
 	t.Parallel()
-	users := podman.Image{ID: strings.Repeat("a", 64), Names: []string{"localhost/x:latest"}, Labels: map[string]string{"team": "mine"}}
-	f := &fakeImager{images: map[string]podman.Image{users.ID: users}}
+	users := driver.Image{ID: strings.Repeat("a", 64), Names: []string{"localhost/x:latest"}, Labels: map[string]string{"team": "mine"}}
+	f := &fakeImager{images: map[string]driver.Image{users.ID: users}}
 	_, err := takeSnapshot(context.Background(), f, "c0ffee", "localhost/x", "latest", SnapshotOptions{Name: "x"})
 	require.ErrorIs(t, err, ErrImageExists)
 	assert.Len(t, f.images, 1, "something was committed")
@@ -160,8 +159,8 @@ func TestSnapshotLostNameGoes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	snapshot := map[string]string{LabelSnapshot: "true"}
-	f := &fakeImager{images: map[string]podman.Image{}}
-	for _, img := range []podman.Image{
+	f := &fakeImager{images: map[string]driver.Image{}}
+	for _, img := range []driver.Image{
 		{ID: "committing", Labels: snapshot},
 		{ID: "lost-another", History: []string{"localhost/y:latest"}, Labels: snapshot},
 		{ID: "users", History: []string{"localhost/x:latest"}},
@@ -180,7 +179,7 @@ func TestSnapshotLostNameGoes(t *testing.T) {
 
 	// RemoveSnapshot of a name does as much: here for what a sandbox
 	// used when the name moved.
-	f.images["was-in-use"] = podman.Image{ID: "was-in-use", History: []string{"localhost/x:latest"}, Labels: snapshot}
+	f.images["was-in-use"] = driver.Image{ID: "was-in-use", History: []string{"localhost/x:latest"}, Labels: snapshot}
 	require.NoError(t, removeSnapshot(ctx, f, "x"))
 	assert.ElementsMatch(t, []string{"committing", "lost-another", "users"}, slices.Collect(maps.Keys(f.images)))
 }

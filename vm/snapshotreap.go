@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/podvm/podvm/internal/podman"
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // This file is how snapshots are removed by label and reaped with their
@@ -13,7 +13,7 @@ import (
 
 // removeByLabel removes every image carrying label, by each of its
 // names, then by ID.
-func removeByLabel(ctx context.Context, im podman.Imager, label string) error {
+func removeByLabel(ctx context.Context, im driver.Imager, label string) error {
 	imgs, err := im.Images(ctx, label)
 	if err != nil {
 		return err
@@ -27,7 +27,7 @@ func removeByLabel(ctx context.Context, im podman.Imager, label string) error {
 
 // removeImage removes img by each of its names, then by its ID: without
 // force, Podman refuses to remove by ID an image with several names.
-func removeImage(ctx context.Context, im podman.Imager, img podman.Image) error {
+func removeImage(ctx context.Context, im driver.Imager, img driver.Image) error {
 	for _, n := range img.Names {
 		if err := im.RemoveImage(ctx, n); err != nil && !errors.Is(err, ErrImageNotFound) {
 			return err
@@ -50,8 +50,8 @@ func WithSnapshots() Option { return func(o *options) { o.snapshots = true } }
 
 // reapSnapshots removes the snapshots whose owner chk finds gone,
 // adding their IDs to removed and its failures to errs.
-func reapSnapshots(ctx context.Context, d podman.Driver, o options, chk ownerCheck, removed []string, errs []error) ([]string, []error) {
-	im, ok := d.(podman.Imager)
+func reapSnapshots(ctx context.Context, d driver.Driver, o options, chk ownerCheck, removed []string, errs []error) ([]string, []error) {
+	im, ok := d.(driver.Imager)
 	if !ok {
 		return removed, append(errs, fmt.Errorf("%w: reap snapshots", ErrNotSupported))
 	}
@@ -67,7 +67,7 @@ func reapSnapshots(ctx context.Context, d podman.Driver, o options, chk ownerChe
 		if why == "" {
 			continue
 		}
-		err := removeImage(ctx, im, podman.Image{ID: s.ID, Names: s.Names})
+		err := removeImage(ctx, im, driver.Image{ID: s.ID, Names: s.Names})
 		switch {
 		case errors.Is(err, ErrSnapshotInUse):
 			o.log.Info("podvm: snapshot of a gone owner still in use; left", "id", s.ID, "names", s.Names)

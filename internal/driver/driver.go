@@ -12,11 +12,15 @@ import (
 	"io"
 )
 
-// Driver is what differs between reaching Podman through its REST API and
-// through the podman command. Every method is bounded by its ctx. Errors
-// match the sentinel Podman's answer means (errors.go), or
-// [ErrUnavailable] when Podman could not be reached, and wrap the native
-// error (the engine's own error); a context's error is wrapped as is.
+// Driver is what differs between engines: what package vm needs of one
+// to keep its contract (the lifecycle, Run, the kill of a stopped run, the
+// copies), written once over a Driver. Every method is bounded by its
+// ctx. Errors match the sentinel the engine's answer means, or
+// [ErrUnavailable] when the engine could not be reached, and wrap the
+// native error (the engine's own); a context's error is wrapped as is.
+// What only some engines can do is an optional interface a Driver may
+// also implement, as database/sql/driver declares its own: [Limiter],
+// [Imager].
 type Driver interface {
 	// Image returns the architecture (a GOARCH) of image ref, or an error
 	// matching [ErrImageNotFound] when it is not present.
@@ -46,8 +50,12 @@ type Driver interface {
 	// caller's kill, or, when p.Stop is set and the driver would drop
 	// output still on its way if it cut the session then, calls p.Stop
 	// and lets the session drain, a short while at most, before it
-	// returns. The status is Podman's as it is: [StartFailure] tells
-	// Podman's own failure to start the command from the command's exit.
+	// returns. The engine's own failure to start the command (not found,
+	// not executable, a missing working directory) is an error, started
+	// false, matching exec.ErrNotFound, exec.ErrPermission or
+	// exec.ErrDirNotFound (or the sentinel of the engine's own trouble):
+	// the driver tells it from the command's own exit, which is returned
+	// as it is.
 	Exec(ctx context.Context, id string, p Process) (code int, started bool, err error)
 	// CopyIn extracts the tar stream r into directory dir of container
 	// id. dir is a name, never a pattern, whatever bytes it holds

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/podvm/podvm/internal/driver"
 )
 
 // Commit makes an image of container's filesystem (its writable layer on
@@ -35,21 +37,8 @@ func (c *Client) Commit(ctx context.Context, container, repo, tag string, change
 	return out.ID, nil
 }
 
-// Image is an image as [Client.ImageList] and [Client.ImageDetails]
-// describe it.
-type Image struct {
-	ID    string
-	Names []string // its names ("localhost/name:tag"); none for a dangling image
-	// History is every name it has had, those it lost too (Podman's
-	// NamesHistory); none while a commit has yet to name it.
-	History []string
-	Labels  map[string]string
-	// Created is when it was made.
-	Created time.Time
-}
-
 // ImageList returns the images that carry all the labels ("key=value").
-func (c *Client) ImageList(ctx context.Context, labels ...string) ([]Image, error) {
+func (c *Client) ImageList(ctx context.Context, labels ...string) ([]driver.Image, error) {
 	const op = "image list"
 	filters, _ := json.Marshal(map[string][]string{"label": labels})
 	resp, err := c.do(ctx, request{op: op, method: http.MethodGet, path: "/images/json", query: url.Values{"filters": {string(filters)}}})
@@ -74,10 +63,10 @@ type ListedImage struct {
 }
 
 // Images converts listed images.
-func Images(list []ListedImage) []Image {
-	out := make([]Image, 0, len(list))
+func Images(list []ListedImage) []driver.Image {
+	out := make([]driver.Image, 0, len(list))
 	for _, l := range list {
-		out = append(out, Image{ID: l.ID, Names: l.Names, History: l.History, Labels: l.Labels, Created: time.Unix(l.Created, 0)})
+		out = append(out, driver.Image{ID: l.ID, Names: l.Names, History: l.History, Labels: l.Labels, Created: time.Unix(l.Created, 0)})
 	}
 	return out
 }
@@ -93,16 +82,16 @@ type InspectedImage struct {
 }
 
 // Image converts an inspected image.
-func (i InspectedImage) Image() Image {
-	return Image{ID: i.ID, Names: i.RepoTags, History: i.NamesHistory, Labels: i.Labels, Created: i.Created}
+func (i InspectedImage) Image() driver.Image {
+	return driver.Image{ID: i.ID, Names: i.RepoTags, History: i.NamesHistory, Labels: i.Labels, Created: i.Created}
 }
 
 // ImageDetails returns the ID, names, labels and creation time of image
 // ref.
-func (c *Client) ImageDetails(ctx context.Context, ref string) (Image, error) {
+func (c *Client) ImageDetails(ctx context.Context, ref string) (driver.Image, error) {
 	var out InspectedImage
 	if err := c.getJSON(ctx, "image inspect", "/images/%s/json", ref, &out); err != nil {
-		return Image{}, err
+		return driver.Image{}, err
 	}
 	return out.Image(), nil
 }

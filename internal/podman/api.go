@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/libpod"
 )
 
-// API is the [Driver] that reaches Podman through its REST API
+// API is the [driver.Driver] that reaches Podman through its REST API
 // (internal/libpod).
 type API struct{ c *libpod.Client }
 
-var _ Driver = API{}
+var _ driver.Driver = API{}
 
 // NewAPI returns the driver that talks to the service c is connected to.
 func NewAPI(c *libpod.Client) API { return API{c} }
@@ -30,9 +31,9 @@ func NewAPI(c *libpod.Client) API { return API{c} }
 const execRemoveTimeout = 5 * time.Second
 
 // apiError maps an error of internal/libpod to the error it means,
-// wrapping both: [ErrUnavailable] when no answer came (mid-stream
+// wrapping both: [driver.ErrUnavailable] when no answer came (mid-stream
 // included), else what podmanMessages recognises in libpod's cause and
-// message, else [ErrPodman]. A context's error gets no sentinel.
+// message, else [driver.ErrPodman]. A context's error gets no sentinel.
 func apiError(op, what string, err error) error {
 	var le *libpod.Error
 	switch {
@@ -41,7 +42,7 @@ func apiError(op, what string, err error) error {
 	case !errors.As(err, &le):
 		return classify(op, what, "", err)
 	case le.Unreachable():
-		return wrap(ErrUnavailable, op, what, err)
+		return wrap(driver.ErrUnavailable, op, what, err)
 	}
 	return classify(op, what, le.Cause+"\n"+le.Message, err)
 }
@@ -52,7 +53,7 @@ func isNotFound(err error) bool {
 	return errors.As(err, &le) && le.Status == 404
 }
 
-// Image implements [Driver.Image].
+// Image implements [driver.Driver.Image].
 func (a API) Image(ctx context.Context, ref string) (string, error) {
 	return again(ctx, imageVanished, func() (string, error) {
 		img, err := a.c.ImageInspect(ctx, ref)
@@ -63,10 +64,10 @@ func (a API) Image(ctx context.Context, ref string) (string, error) {
 	})
 }
 
-// Local implements [Driver.Local]: a unix:// service is local.
+// Local implements [driver.Driver.Local]: a unix:// service is local.
 func (a API) Local() (bool, string) { return IsLocal(a.c.URI()), a.c.URI() }
 
-// Fetch implements [Driver.Fetch], uploading the archive.
+// Fetch implements [driver.Driver.Fetch], uploading the archive.
 func (a API) Fetch(ctx context.Context, image, archive string) error {
 	if archive == "" {
 		if err := a.c.ImagePull(ctx, image); err != nil {
@@ -76,7 +77,7 @@ func (a API) Fetch(ctx context.Context, image, archive string) error {
 	}
 	f, err := os.Open(archive)
 	if err != nil {
-		return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: image archive: %v", driver.ErrInvalidConfig, err)
 	}
 	defer f.Close()
 	if _, err := a.c.ImageLoad(ctx, f); err != nil {
@@ -85,8 +86,15 @@ func (a API) Fetch(ctx context.Context, image, archive string) error {
 	return nil
 }
 
-// Create implements [Driver.Create] with one create request, and a start.
-func (a API) Create(ctx context.Context, c Spec) (string, error) {
+// Create implements [driver.Driver.Create] with one create request, and a start.
+func (a API) Create(ctx context.Context, c driver.Spec) (string, error) {
+	id, err := a.create(ctx, c)
+	_, service := a.Local()
+	return id, forget(service, err) // asked again what it enforces, once back
+}
+
+// create is Create but for what the service is known to enforce.
+func (a API) create(ctx context.Context, c driver.Spec) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {
 		k, val, _ := strings.Cut(e, "=")
@@ -148,7 +156,7 @@ func (a API) Create(ctx context.Context, c Spec) (string, error) {
 	return id, nil
 }
 
-// netNS maps Spec.Network to a network namespace, as `podman run
+// netNS maps driver.Spec.Network to a network namespace, as `podman run
 // --network` reads it: a mode, "container:NAME", or the name of a network
 // joined in bridge mode.
 func netNS(network string) (libpod.Namespace, map[string]struct{}) {
@@ -167,7 +175,12 @@ func netNS(network string) (libpod.Namespace, map[string]struct{}) {
 // the command and the stream is drained, a second at most, then closed
 // and, on services that can (Podman 4.8 and later), the session
 // force-removed.
-func (a API) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
+func (a API) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
+	return execWatched(p, func(p driver.Process) (int, bool, error) { return a.exec(ctx, id, p) })
+}
+
+// exec is Exec but for telling Podman's failure to start the command.
+func (a API) exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
 	code, execID, err := a.c.Exec(ctx, id, libpod.ExecConfig{
 		Cmd:          p.Argv,
 		Env:          p.Env,
@@ -204,7 +217,7 @@ func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	case err != nil:
 		return apiError("copy into", dir, err)
 	case !st.IsDir:
-		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", ErrPodman, dir)
+		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", driver.ErrPodman, dir)
 	}
 	if err := a.c.ArchivePut(ctx, id, dir, r); err != nil {
 		return apiError("copy into", dir, err)
@@ -212,7 +225,7 @@ func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	return nil
 }
 
-// CopyOut implements [Driver.CopyOut], asking for path as a pattern
+// CopyOut implements [driver.Driver.CopyOut], asking for path as a pattern
 // that matches it alone ([globLiteral]).
 func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	rc, err := a.c.ArchiveGet(ctx, id, globLiteral(path, false))
@@ -233,7 +246,7 @@ func (a API) CopyOut(ctx context.Context, id, path string, w io.Writer) error {
 	return nil
 }
 
-// Remove implements [Driver.Remove].
+// Remove implements [driver.Driver.Remove].
 func (a API) Remove(ctx context.Context, id string) error {
 	return removeAgain(ctx, func() error {
 		if err := a.c.ContainerRemove(ctx, id); err != nil && !isNotFound(err) {
@@ -243,15 +256,15 @@ func (a API) Remove(ctx context.Context, id string) error {
 	})
 }
 
-// List implements [Driver.List].
-func (a API) List(ctx context.Context, label string) ([]Container, error) {
+// List implements [driver.Driver.List].
+func (a API) List(ctx context.Context, label string) ([]driver.Container, error) {
 	list, err := a.c.ContainerList(ctx, label)
 	if err != nil {
 		return nil, apiError("container list", "", err)
 	}
-	out := make([]Container, len(list))
+	out := make([]driver.Container, len(list))
 	for i, l := range list {
-		out[i] = Container{ID: l.ID, Labels: l.Labels}
+		out[i] = driver.Container{ID: l.ID, Labels: l.Labels}
 	}
 	return out, nil
 }
@@ -260,7 +273,7 @@ func (a API) List(ctx context.Context, label string) ([]Container, error) {
 // service.
 func (a API) Close() { a.c.CloseIdleConnections() }
 
-// Attach implements [Driver.Attach] with an attach request, then a
+// Attach implements [driver.Driver.Attach] with an attach request, then a
 // start; the container's stderr is dropped.
 func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	s, err := a.c.ContainerAttach(ctx, id)
@@ -282,7 +295,7 @@ func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) 
 	}}, nil
 }
 
-// Start implements [Driver.Start].
+// Start implements [driver.Driver.Start].
 func (a API) Start(ctx context.Context, id string) error {
 	if err := a.c.ContainerStart(ctx, id); err != nil {
 		return apiError("start", id, err)

@@ -18,10 +18,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/sshhost"
 )
 
-// CLI is the [Driver] that reaches Podman by running the podman command
+// CLI is the [driver.Driver] that reaches Podman by running the podman command
 // through an [exec.Executor].
 type CLI struct {
 	x      exec.Executor
@@ -62,19 +63,19 @@ func (h *hostKeyCheck) check(ctx context.Context) error {
 	return nil
 }
 
-var _ Driver = CLI{}
+var _ driver.Driver = CLI{}
 
 // NewCLI returns the driver that runs podman, the binary bin, through x
 // (nil means [NewExecutor]()), with --url url when url is set.
 // containerHost is CONTAINER_HOST as podman will see it: with no url,
 // the service podman talks to, for [CLI.Local]. A bin or url that cannot
-// be passed to podman is [ErrInvalidConfig].
+// be passed to podman is [driver.ErrInvalidConfig].
 func NewCLI(x exec.Executor, bin, url, containerHost string) (CLI, error) {
 	switch {
 	case bin == "" || strings.IndexByte(bin, 0) >= 0:
-		return CLI{}, fmt.Errorf("%w: podman path %q", ErrInvalidConfig, bin)
+		return CLI{}, fmt.Errorf("%w: podman path %q", driver.ErrInvalidConfig, bin)
 	case strings.HasPrefix(url, "-"):
-		return CLI{}, fmt.Errorf("%w: podman URL %q", ErrInvalidConfig, url)
+		return CLI{}, fmt.Errorf("%w: podman URL %q", driver.ErrInvalidConfig, url)
 	}
 	if x == nil {
 		x = NewExecutor()
@@ -105,21 +106,21 @@ func cliError(op, what string, res *exec.Result) error {
 
 // invoke runs podman with the global flags and c.Args through the
 // executor. Podman that cannot be started, or an ssh:// host whose key
-// is unknown or changed, is [ErrUnavailable] and [ErrNotReached]; a ctx
-// that ended the host key's check, [ErrNotReached] and ctx's error.
+// is unknown or changed, is [driver.ErrUnavailable] and [driver.ErrNotReached]; a ctx
+// that ended the host key's check, [driver.ErrNotReached] and ctx's error.
 func (d CLI) invoke(ctx context.Context, c exec.Command) (*exec.Result, error) {
 	if err := d.hostKey.check(ctx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) { // ctx ended the check, not the host
-			return nil, fmt.Errorf("vm: podman: %w: %s: %w", ErrNotReached, d.host, err)
+			return nil, fmt.Errorf("vm: podman: %w: %s: %w", driver.ErrNotReached, d.host, err)
 		}
-		return nil, fmt.Errorf("%w: %w: podman's service %s: %w", ErrUnavailable, ErrNotReached, d.host, err)
+		return nil, fmt.Errorf("%w: %w: podman's service %s: %w", driver.ErrUnavailable, driver.ErrNotReached, d.host, err)
 	}
 	c.Name = d.podman
 	c.Args = append(slices.Clip(d.global), c.Args...)
 	res, err := d.x.Run(ctx, c)
 	if res == nil && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrPermission)) {
 		// %v: the sandbox's exec.ErrNotFound must not match.
-		return nil, fmt.Errorf("%w: %w: %v", ErrUnavailable, ErrNotReached, err)
+		return nil, fmt.Errorf("%w: %w: %v", driver.ErrUnavailable, driver.ErrNotReached, err)
 	}
 	return res, err
 }
@@ -131,7 +132,7 @@ func (d CLI) run(ctx context.Context, op, what string, c exec.Command) (*exec.Re
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, MessageBytes)
 	res, err := d.invoke(ctx, c)
 	switch {
-	case errors.Is(err, ErrNotReached):
+	case errors.Is(err, driver.ErrNotReached):
 		return nil, err
 	case err != nil:
 		return res, wrap(nil, "podman "+op, what, err)
@@ -141,7 +142,7 @@ func (d CLI) run(ctx context.Context, op, what string, c exec.Command) (*exec.Re
 	return res, nil
 }
 
-// Image implements [Driver.Image] with `podman image inspect`.
+// Image implements [driver.Driver.Image] with `podman image inspect`.
 func (d CLI) Image(ctx context.Context, ref string) (string, error) {
 	res, err := again(ctx, imageVanished, func() (*exec.Result, error) {
 		return d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", "--format", "{{.Architecture}}", ref}})
@@ -152,12 +153,12 @@ func (d CLI) Image(ctx context.Context, ref string) (string, error) {
 	return strings.TrimSpace(res.Stdout), nil
 }
 
-// Fetch implements [Driver.Fetch] with `podman pull` or `podman load`.
+// Fetch implements [driver.Driver.Fetch] with `podman pull` or `podman load`.
 func (d CLI) Fetch(ctx context.Context, image, archive string) error {
 	op, what, args := "pull", image, []string{"pull", "-q", image}
 	if archive != "" {
 		if _, err := os.Stat(archive); err != nil {
-			return fmt.Errorf("%w: image archive: %v", ErrInvalidConfig, err)
+			return fmt.Errorf("%w: image archive: %v", driver.ErrInvalidConfig, err)
 		}
 		op, what, args = "load", archive, []string{"load", "-q", "-i", archive}
 	}
@@ -165,40 +166,53 @@ func (d CLI) Fetch(ctx context.Context, image, archive string) error {
 	return err
 }
 
-// Local implements [Driver.Local]: podman with no service, or a unix://
+// Local implements [driver.Driver.Local]: podman with no service, or a unix://
 // one, is local.
 func (d CLI) Local() (bool, string) {
 	return IsLocal(d.host), d.podman + " " + d.host
 }
 
-// Create implements [Driver.Create] with `podman run -d`, or `podman
+// Create implements [driver.Driver.Create] with `podman run -d`, or `podman
 // create` for an agent.
-func (d CLI) Create(ctx context.Context, spec Spec) (string, error) {
+func (d CLI) Create(ctx context.Context, spec driver.Spec) (string, error) {
+	id, err := d.create(ctx, spec)
+	_, service := d.Local()
+	return id, forget(service, err) // asked again what it enforces, once back
+}
+
+// create is Create but for what the service is known to enforce.
+func (d CLI) create(ctx context.Context, spec driver.Spec) (string, error) {
 	res, err := d.run(ctx, "run", spec.Image, exec.Command{Args: CreateArgs(spec)})
 	if err != nil {
 		return "", err
 	}
 	id := strings.TrimSpace(res.Stdout)
 	if _, err := hex.DecodeString(id); err != nil || len(id) != 64 {
-		return "", fmt.Errorf("%w: podman run printed %q, not a container ID", ErrPodman, res.Stdout)
+		return "", fmt.Errorf("%w: podman run printed %q, not a container ID", driver.ErrPodman, res.Stdout)
 	}
 	return id, nil
 }
 
 // Exec runs p with `podman exec`, its stdio streamed through the
-// executor. podman's exit status is returned as it is: the caller tells
-// the command's from podman's own failures by content ([StartFailure]).
+// executor. podman's own failure to start the command is an error, the
+// session not started; the command's exit status is returned as it is
+// ([StartFailure] tells which by content).
 //
 // When podman's stream to the service broke (podman-remote, when the
 // command exits before reading all of its stdin), podman exits 125 with
 // its own lines last on stderr, in place of the command's status: that
-// is an error matching [ErrPodman] ([LostStream]), never an exit status.
+// is an error matching [driver.ErrPodman] ([LostStream]), never an exit status.
 // The local podman loses output there without a word (conmon resets the
 // attach socket holding unread stdin; podman's reader stops at the reset,
 // libpod/oci_conmon_attach_common.go, redirectResponseToOutputStreams):
 // so a Stdin that podman was still sending when it exited (neither at
-// its end nor waited for) is an error matching [ErrPodman] too.
-func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) {
+// its end nor waited for) is an error matching [driver.ErrPodman] too.
+func (d CLI) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
+	return execWatched(p, func(p driver.Process) (int, bool, error) { return d.exec(ctx, id, p) })
+}
+
+// exec is Exec but for telling Podman's failure to start the command.
+func (d CLI) exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
 	tail := &tailWriter{max: 4 << 10}
 	stderr := io.Writer(tail)
 	if p.Stderr != nil {
@@ -226,13 +240,13 @@ func (d CLI) Exec(ctx context.Context, id string, p Process) (int, bool, error) 
 	}
 	if stdin.pending() {
 		return -1, true, fmt.Errorf("%w: %s: the command exited before reading all of its stdin, and podman may have lost its output with it: "+
-			"the end of the stream is reset, and what was still in it is dropped without a word", ErrPodman, p.Argv[0])
+			"the end of the stream is reset, and what was still in it is dropped without a word", driver.ErrPodman, p.Argv[0])
 	}
 	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
 }
 
-// CopyIn implements [Driver.CopyIn] with `podman cp - CTR:DIR`.
+// CopyIn implements [driver.Driver.CopyIn] with `podman cp - CTR:DIR`.
 //
 // podman cp first stats DIR, reading it as a pattern, then extracts into
 // the path the stat named, as it is (see paths.go): no one string serves
@@ -260,7 +274,7 @@ func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	}
 	tmp, err := os.MkdirTemp("", "podvm-cp-")
 	if err != nil {
-		return fmt.Errorf("%w: copy into %s: a private TMPDIR for podman: %v", ErrPodman, dir, err)
+		return fmt.Errorf("%w: copy into %s: a private TMPDIR for podman: %v", driver.ErrPodman, dir, err)
 	}
 	defer os.RemoveAll(tmp)
 	_, err = d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + base}, Stdin: r, Env: []string{"TMPDIR=" + tmp}})
@@ -270,7 +284,7 @@ func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 // isDir checks that dir, a path podman cannot name as itself for a
 // copy in, is a directory: it reads the first entry of `podman cp
 // CTR:PATTERN -` and stops podman there. A missing dir matches
-// [fs.ErrNotExist], a file [ErrPodman], as for the API.
+// [fs.ErrNotExist], a file [driver.ErrPodman], as for the API.
 func (d CLI) isDir(ctx context.Context, id, dir string) error {
 	if err := d.nameable(dir); err != nil {
 		return err
@@ -286,11 +300,11 @@ func (d CLI) isDir(ctx context.Context, id, dir string) error {
 	case h == nil && err != nil:
 		return err
 	case h == nil:
-		return fmt.Errorf("%w: copy into %s: podman cp gave no archive", ErrPodman, dir)
+		return fmt.Errorf("%w: copy into %s: podman cp gave no archive", driver.ErrPodman, dir)
 	case strings.TrimSuffix(h.Name, "/") != path.Base(dir):
-		return fmt.Errorf("%w: copy into %s: podman cannot tell this path from %q (bytes that are not UTF-8)", ErrNotSupported, dir, h.Name)
+		return fmt.Errorf("%w: copy into %s: podman cannot tell this path from %q (bytes that are not UTF-8)", driver.ErrNotSupported, dir, h.Name)
 	case h.Typeflag != tar.TypeDir:
-		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", ErrPodman, dir)
+		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", driver.ErrPodman, dir)
 	}
 	return nil
 }
@@ -301,12 +315,12 @@ func (d CLI) isDir(ctx context.Context, id, dir string) error {
 // entries would carry the same names as the wanted ones.
 func (d CLI) nameable(p string) error {
 	if dir := path.Dir(p); d.host != "" && !utf8.ValidString(dir) {
-		return fmt.Errorf("%w: %q: podman-remote cannot name a directory with bytes that are not UTF-8 (%q) exactly; use the API or the local podman", ErrNotSupported, p, dir)
+		return fmt.Errorf("%w: %q: podman-remote cannot name a directory with bytes that are not UTF-8 (%q) exactly; use the API or the local podman", driver.ErrNotSupported, p, dir)
 	}
 	return nil
 }
 
-// CopyOut implements [Driver.CopyOut] with `podman cp CTR:PATH -`, PATH
+// CopyOut implements [driver.Driver.CopyOut] with `podman cp CTR:PATH -`, PATH
 // a pattern that matches path alone ([globLiteral]). For podman-remote,
 // a byte that is not UTF-8 has to be a class that matches any such byte
 // (see globLiteral): then only the entries named after path's own base
@@ -341,26 +355,26 @@ func (d CLI) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
 	return nil
 }
 
-// Remove implements [Driver.Remove] with `podman rm -f -t 0`.
+// Remove implements [driver.Driver.Remove] with `podman rm -f -t 0`.
 func (d CLI) Remove(ctx context.Context, id string) error {
 	return removeAgain(ctx, func() error {
 		_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
-		if errors.Is(err, ErrNoSuchContainer) {
+		if errors.Is(err, driver.ErrNoSuchContainer) {
 			return nil
 		}
 		return err
 	})
 }
 
-// List implements [Driver.List] with `podman ps`.
-func (d CLI) List(ctx context.Context, label string) ([]Container, error) {
+// List implements [driver.Driver.List] with `podman ps`.
+func (d CLI) List(ctx context.Context, label string) ([]driver.Container, error) {
 	res, err := d.run(ctx, "ps", "", exec.Command{Args: []string{"ps", "-a", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
 	if err != nil {
 		return nil, err
 	}
-	var found []Container
+	var found []driver.Container
 	if err := json.Unmarshal([]byte(res.Stdout), &found); err != nil {
-		return nil, fmt.Errorf("%w: podman ps: %v", ErrPodman, err)
+		return nil, fmt.Errorf("%w: podman ps: %v", driver.ErrPodman, err)
 	}
 	return found, nil
 }
@@ -368,7 +382,7 @@ func (d CLI) List(ctx context.Context, label string) ([]Container, error) {
 // Close does nothing: podman keeps nothing open between calls.
 func (CLI) Close() {}
 
-// Start implements [Driver.Start] with `podman start`.
+// Start implements [driver.Driver.Start] with `podman start`.
 func (d CLI) Start(ctx context.Context, id string) error {
 	_, err := d.run(ctx, "start", id, exec.Command{Args: []string{"start", id}})
 	return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/exec/execmock"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/sshhost"
 )
 
@@ -57,8 +58,8 @@ func TestCLIHostKey(t *testing.T) {
 	// No known_hosts: podman is never run, and no file appears.
 	for range 2 {
 		_, err = d.Image(context.Background(), "img")
-		assert.ErrorIs(t, err, ErrUnavailable)
-		assert.ErrorIs(t, err, ErrNotReached)
+		assert.ErrorIs(t, err, driver.ErrUnavailable)
+		assert.ErrorIs(t, err, driver.ErrNotReached)
 		assert.ErrorIs(t, err, sshhost.ErrUnknownHost)
 	}
 	_, err = os.Stat(filepath.Join(home, ".ssh", "known_hosts"))

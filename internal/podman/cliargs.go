@@ -6,14 +6,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/podvm/podvm/internal/driver"
 )
 
-// This file is how a Spec and a Process become podman's argv.
+// This file is how a driver.Spec and a driver.Process become podman's argv.
 
 // CreateArgs is the argv of `podman run -d` for spec or, with an agent as
 // PID 1, of `podman create`. It is exported for package vm's fuzz test of
 // what its config validation promises.
-func CreateArgs(c Spec) []string {
+func CreateArgs(c driver.Spec) []string {
 	a := []string{"run", "-d"}
 	if c.Agent != "" {
 		a = []string{"create", "-i", "--log-driver", "none"}
@@ -64,7 +66,7 @@ func CreateArgs(c Spec) []string {
 }
 
 // execArgs is the argv of `podman exec` for p in container id.
-func execArgs(id string, p Process) []string {
+func execArgs(id string, p driver.Process) []string {
 	a := []string{"exec"}
 	if p.Stdin != nil {
 		a = append(a, "-i")

@@ -1,9 +1,9 @@
-// Package podman is how podvm talks to Podman: one [Driver] per transport
+// Package podman is how podvm talks to Podman: one [driver.Driver] per transport
 // ([API] over the service's REST API, [CLI] through the podman command),
 // and the one table by which Podman's failures are recognised for both
 // (errors.go). A driver only talks Podman; the sandbox contract (vm's
 // lifecycle, Run, the kill of a stopped run, the copies' guard) is written
-// once, over a Driver, in package vm.
+// once, over a driver.Driver, in package vm.
 package podman
 
 import (
@@ -13,15 +13,6 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/internal/driver"
-)
-
-// The seam's names, as they were before it moved to internal/driver.
-type (
-	Driver    = driver.Driver
-	Spec      = driver.Spec
-	Mount     = driver.Mount
-	Process   = driver.Process
-	Container = driver.Container
 )
 
 // initEntrypoint makes PID 1 Podman's init (catatonit) in pause mode: it
@@ -34,14 +25,14 @@ var initEntrypoint = []string{"/run/podman-init", "-P"}
 func IsLocal(uri string) bool { return uri == "" || strings.HasPrefix(uri, "unix://") }
 
 // removeAgain calls remove until it does not fail with
-// [ErrContainerNotRunning], at most four times. Podman before 4.4 can
+// [driver.ErrContainerNotRunning], at most four times. Podman before 4.4 can
 // refuse a forced removal of a container that exits by itself meanwhile
 // ("cannot remove container … as it could not be stopped: … container
 // state improper", podman#16142); by then it has stopped, and removing it
 // again succeeds.
 func removeAgain(ctx context.Context, remove func() error) error {
 	err := remove()
-	for try := 1; try < 4 && errors.Is(err, ErrContainerNotRunning); try++ {
+	for try := 1; try < 4 && errors.Is(err, driver.ErrContainerNotRunning); try++ {
 		select {
 		case <-ctx.Done():
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/exec/execmock"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/libpod/libpodtest"
 	"github.com/podvm/podvm/internal/podmantest"
@@ -53,7 +54,7 @@ func TestRemoveStoppedMeanwhile(t *testing.T) {
 
 		d, svc = apiOn(t, libpodtest.Routes{route: refused})
 		err := d.Remove(context.Background(), id)
-		assert.ErrorIs(t, err, ErrContainerNotRunning)
+		assert.ErrorIs(t, err, driver.ErrContainerNotRunning)
 		assert.Equal(t, 4, count(svc, route), "tried a bounded number of times")
 	})
 	t.Run("cli", func(t *testing.T) {
@@ -74,7 +75,7 @@ func TestRemoveStoppedMeanwhile(t *testing.T) {
 
 			x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(rm).Times(4)
 			err = d.Remove(context.Background(), id)
-			assert.ErrorIs(t, err, ErrContainerNotRunning, sample)
+			assert.ErrorIs(t, err, driver.ErrContainerNotRunning, sample)
 			var cerr *CLIError
 			assert.ErrorAs(t, err, &cerr)
 		}
@@ -83,9 +84,9 @@ func TestRemoveStoppedMeanwhile(t *testing.T) {
 
 // agentSpec is a container whose PID 1 is an agent bind-mounted beside a
 // user's mount.
-var agentSpec = Spec{
+var agentSpec = driver.Spec{
 	Image: "img", Network: "none", Pids: 64, Capabilities: []string{"KILL"},
-	Mounts: []Mount{{Source: "/src", Target: "/work"}, {Source: "/cache/agent", Target: "/.podvm", ReadOnly: true}},
+	Mounts: []driver.Mount{{Source: "/src", Target: "/work"}, {Source: "/cache/agent", Target: "/.podvm", ReadOnly: true}},
 	Agent:  "/.podvm/podvm-agent",
 }
 
@@ -162,5 +163,5 @@ func TestImageVanishedMeanwhile(t *testing.T) {
 	require.NoError(t, err)
 	x.EXPECT().Run(gomock.Any(), gomock.Any()).Return(failed(`Error: inspecting object: localhost/x:latest: image not known`), nil).Times(1)
 	_, err = d.ImageDetails(context.Background(), "localhost/x:latest")
-	assert.ErrorIs(t, err, ErrImageNotFound)
+	assert.ErrorIs(t, err, driver.ErrImageNotFound)
 }

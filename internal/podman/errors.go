@@ -3,12 +3,14 @@ package podman
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"io/fs"
 	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/driver"
 )
 
@@ -17,22 +19,6 @@ import (
 // samples in testdata/podman-stderr and testdata/libpod, which the tests
 // replay) and one rule that tells its failure to start a command from the
 // command's own exit status.
-
-// The errors a driver's calls match, with errors.Is: internal/driver's,
-// under the names they had here.
-var (
-	ErrInvalidConfig       = driver.ErrInvalidConfig
-	ErrNoSuchContainer     = driver.ErrNoSuchContainer
-	ErrContainerNotRunning = driver.ErrContainerNotRunning
-	ErrImageNotFound       = driver.ErrImageNotFound
-	ErrNameInUse           = driver.ErrNameInUse
-	ErrUnavailable         = driver.ErrUnavailable
-	ErrPodman              = driver.ErrPodman
-	ErrNotSupported        = driver.ErrNotSupported
-	// ErrNotReached is wrapped, beside [ErrUnavailable], by a call that
-	// never reached Podman (no podman binary): nothing can have been made.
-	ErrNotReached = driver.ErrNotReached
-)
 
 // MessageBytes caps what is kept of output that only matters as an error
 // message.
@@ -49,23 +35,23 @@ var podmanMessages = []struct {
 	{regexp.MustCompile(`OCI runtime attempted to invoke a command that was not found`), exec.ErrNotFound},
 	{regexp.MustCompile(`OCI permission denied`), exec.ErrPermission},
 	// The container.
-	{regexp.MustCompile(`no such container|no container with name or ID|container ".*" does not exist|no such exec session|container has already been removed`), ErrNoSuchContainer},
-	{regexp.MustCompile(`container state improper|container [^ ]+ is not running`), ErrContainerNotRunning},
-	{regexp.MustCompile(`that name is already in use`), ErrNameInUse},
+	{regexp.MustCompile(`no such container|no container with name or ID|container ".*" does not exist|no such exec session|container has already been removed`), driver.ErrNoSuchContainer},
+	{regexp.MustCompile(`container state improper|container [^ ]+ is not running`), driver.ErrContainerNotRunning},
+	{regexp.MustCompile(`that name is already in use`), driver.ErrNameInUse},
 	// An image a container uses, refused by a removal without force.
-	{regexp.MustCompile(`image is in use by a container`), ErrImageInUse},
+	{regexp.MustCompile(`image is in use by a container`), driver.ErrImageInUse},
 	// The image: absent under --pull never, or no registry gave it.
-	{regexp.MustCompile(`image not known|failed to find image|no such image|initializing source docker://|did not resolve to an alias|manifest unknown`), ErrImageNotFound},
+	{regexp.MustCompile(`image not known|failed to find image|no such image|initializing source docker://|did not resolve to an alias|manifest unknown`), driver.ErrImageNotFound},
 	// A path given to a copy. `podman cp -` says the same of a missing
 	// destination and of a file: no directory there.
 	{regexp.MustCompile(`could not be found on container|destination must be a directory when copying from stdin`), fs.ErrNotExist},
 	// The service.
 	// podman --url ssh://: no SSH connection (a refused or dropped key
 	// exchange, failed authentication).
-	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket|failed to connect: ssh: `), ErrUnavailable},
-	// Known, with no better sentinel than ErrPodman: podman-remote could
+	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket|failed to connect: ssh: `), driver.ErrUnavailable},
+	// Known, with no better sentinel than driver.ErrPodman: podman-remote could
 	// not deliver a Stdin the command did not read, and lost its status.
-	{regexp.MustCompile(`unable to find user|Failed to write input to service`), ErrPodman},
+	{regexp.MustCompile(`unable to find user|Failed to write input to service`), driver.ErrPodman},
 }
 
 // recognise returns the error of the first of podmanMessages found in
@@ -104,7 +90,10 @@ func StartFailure(name string, code int, stdoutTotal int64, stderrHead string, s
 	if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Error: ") }); i >= 0 {
 		msg = lines[i]
 	}
-	return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(msg, "Error: "))
+	if name != "" {
+		return fmt.Errorf("%w: %s: podman exited %d: %s", sentinel, name, code, strings.TrimPrefix(msg, "Error: "))
+	}
+	return fmt.Errorf("%w: podman exited %d: %s", sentinel, code, strings.TrimPrefix(msg, "Error: "))
 }
 
 // LostStream returns an error when podman exited 125 (code) because its
@@ -132,7 +121,7 @@ func LostStream(name string, code int, stderrTail string) error {
 	for _, l := range own {
 		if brokenStream.MatchString(l) {
 			return fmt.Errorf("%w: %s: podman lost the command's exit status and maybe its output: its stream to the service broke (%s)",
-				ErrPodman, name, strings.TrimPrefix(l, "Error: "))
+				driver.ErrPodman, name, strings.TrimPrefix(l, "Error: "))
 		}
 	}
 	return nil
@@ -172,9 +161,9 @@ func (e *CLIError) Error() string {
 }
 
 // classify wraps native, Podman's failure of op on what (which may be
-// empty), with the sentinel msg is recognised as, ErrPodman when none.
+// empty), with the sentinel msg is recognised as, driver.ErrPodman when none.
 func classify(op, what, msg string, native error) error {
-	return wrap(cmp.Or(recognise(msg), ErrPodman), op, what, native)
+	return wrap(cmp.Or(recognise(msg), driver.ErrPodman), op, what, native)
 }
 
 // wrap wraps err, the failure of op on what (which may be empty), with
@@ -187,4 +176,52 @@ func wrap(sentinel error, op, what string, err error) error {
 		return fmt.Errorf("vm: %s: %w", op, err)
 	}
 	return fmt.Errorf("%w: %s: %w", sentinel, op, err)
+}
+
+// sniffBytes is how much of an exec's stderr is kept, besides what the
+// caller gets, to tell Podman's failure to start the command.
+const sniffBytes = 4 << 10
+
+// startWatch sees an exec session's output on its way to the caller, to
+// tell, once the session ended, Podman's failure to start the command
+// from the command's own exit ([StartFailure]).
+type startWatch struct {
+	stdout int64
+	out    io.Writer
+	stderr *capture.Buffer
+}
+
+// watchStart puts a startWatch on p's output.
+func watchStart(p *driver.Process) *startWatch {
+	w := &startWatch{out: p.Stdout, stderr: capture.New(sniffBytes)}
+	if w.out == nil {
+		w.out = io.Discard
+	}
+	p.Stdout = w
+	if p.Stderr == nil {
+		p.Stderr = w.stderr
+	} else {
+		p.Stderr = io.MultiWriter(p.Stderr, w.stderr)
+	}
+	return w
+}
+
+func (w *startWatch) Write(b []byte) (int, error) {
+	w.stdout += int64(len(b))
+	return w.out.Write(b)
+}
+
+// execWatched runs exec, Podman's exec of p, and reports Podman's failure
+// to start the command as an error, the session not started: each driver
+// tells its engine's own failures, and the caller never reads Podman's
+// stderr.
+func execWatched(p driver.Process, exec func(driver.Process) (int, bool, error)) (int, bool, error) {
+	w := watchStart(&p)
+	code, started, err := exec(p)
+	if err == nil {
+		if ferr := StartFailure("", code, w.stdout, w.stderr.String(), w.stderr.Total()); ferr != nil {
+			return code, false, ferr
+		}
+	}
+	return code, started, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/libpod/libpodtest"
 	"github.com/podvm/podvm/internal/podmantest"
@@ -29,39 +30,39 @@ func TestAPIErrorMapping(t *testing.T) {
 		want          error
 	}{
 		{"container-start-no-such-container", "POST /containers/{id}/start",
-			func(c *libpod.Client) error { return c.ContainerStart(ctx, id) }, ErrNoSuchContainer},
+			func(c *libpod.Client) error { return c.ContainerStart(ctx, id) }, driver.ErrNoSuchContainer},
 		{"exec-create-no-such-container", "POST /containers/{id}/exec",
-			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, ErrNoSuchContainer},
+			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, driver.ErrNoSuchContainer},
 		{"archive-put-no-such-container", "PUT /containers/{id}/archive",
-			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/tmp", strings.NewReader("")) }, ErrNoSuchContainer},
+			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/tmp", strings.NewReader("")) }, driver.ErrNoSuchContainer},
 		{"container-create-name-in-use", "POST /containers/create",
-			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, ErrNameInUse},
+			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, driver.ErrNameInUse},
 		{"container-create-image-not-known", "POST /containers/create",
-			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, ErrImageNotFound},
+			func(c *libpod.Client) error { _, err := c.ContainerCreate(ctx, &libpod.Spec{}); return err }, driver.ErrImageNotFound},
 		{"image-pull-unreachable", "POST /images/pull",
-			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, ErrImageNotFound},
+			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, driver.ErrImageNotFound},
 		{"image-pull-short-name", "POST /images/pull",
-			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, ErrImageNotFound},
+			func(c *libpod.Client) error { return c.ImagePull(ctx, "x") }, driver.ErrImageNotFound},
 		{"container-remove-stopped-meanwhile", "DELETE /containers/{id}",
-			func(c *libpod.Client) error { return c.ContainerRemove(ctx, id) }, ErrContainerNotRunning},
+			func(c *libpod.Client) error { return c.ContainerRemove(ctx, id) }, driver.ErrContainerNotRunning},
 		{"exec-create-not-running", "POST /containers/{id}/exec",
-			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, ErrContainerNotRunning},
+			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, driver.ErrContainerNotRunning},
 		{"exec-start-unknown-user", "POST /exec/{id}/start",
-			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, ErrPodman},
+			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, driver.ErrPodman},
 		{"exec-inspect-no-such-session", "GET /exec/{id}/json",
-			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, ErrNoSuchContainer}, // sessions go with their container
+			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, driver.ErrNoSuchContainer}, // sessions go with their container
 		{"archive-put-not-a-dir", "PUT /containers/{id}/archive",
-			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, ErrPodman},
+			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, driver.ErrPodman},
 		{"exec-remove", "POST /exec/{id}/remove",
-			func(c *libpod.Client) error { return c.ExecRemove(ctx, libpodtest.ExecID(1), true) }, ErrPodman},
+			func(c *libpod.Client) error { return c.ExecRemove(ctx, libpodtest.ExecID(1), true) }, driver.ErrPodman},
 		// Connection dropped mid-answer, mid-stream.
 		{"container-inspect", "GET /containers/{id}/json",
-			func(c *libpod.Client) error { _, err := c.ContainerInspect(ctx, id); return err }, ErrUnavailable},
+			func(c *libpod.Client) error { _, err := c.ContainerInspect(ctx, id); return err }, driver.ErrUnavailable},
 	} {
 		t.Run(c.answer, func(t *testing.T) {
 			t.Parallel()
 			h := libpodtest.Recorded(c.answer)
-			if c.want == ErrUnavailable {
+			if c.want == driver.ErrUnavailable {
 				h = libpodtest.Cut(c.answer, libpodtest.HeaderEnd(c.answer)+50)
 			}
 			svc := libpodtest.Serve(t, "4.3", libpodtest.Routes{c.route: h})
@@ -86,16 +87,16 @@ func TestAPIErrorMappingByMessage(t *testing.T) {
 		err  error
 		want error
 	}{
-		{&libpod.Error{Op: "o", Status: 409, Cause: "that name is already in use"}, ErrNameInUse},
-		{&libpod.Error{Op: "o", Status: 409, Message: "container 12 is not running"}, ErrContainerNotRunning},
-		{&libpod.Error{Op: "o", Status: 409, Cause: "container state improper"}, ErrContainerNotRunning},
-		{&libpod.Error{Op: "o", Status: 500, Message: "can only create exec sessions on running containers: container state improper"}, ErrContainerNotRunning},
-		{&libpod.Error{Op: "o", Status: 404, Cause: "failed to find image x"}, ErrImageNotFound},
-		{&libpod.Error{Op: "o", Status: 404, Cause: "no such image"}, ErrImageNotFound},
-		{&libpod.Error{Op: "o", Status: 409, Cause: "image is in use by a container", Message: "image used by 14c8: image is in use by a container: consider listing external containers and force-removing image"}, ErrImageInUse},
-		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, ErrPodman},
-		{&libpod.Error{Op: "o", Err: io.ErrUnexpectedEOF}, ErrUnavailable},
-		{errors.New("not from libpod"), ErrPodman},
+		{&libpod.Error{Op: "o", Status: 409, Cause: "that name is already in use"}, driver.ErrNameInUse},
+		{&libpod.Error{Op: "o", Status: 409, Message: "container 12 is not running"}, driver.ErrContainerNotRunning},
+		{&libpod.Error{Op: "o", Status: 409, Cause: "container state improper"}, driver.ErrContainerNotRunning},
+		{&libpod.Error{Op: "o", Status: 500, Message: "can only create exec sessions on running containers: container state improper"}, driver.ErrContainerNotRunning},
+		{&libpod.Error{Op: "o", Status: 404, Cause: "failed to find image x"}, driver.ErrImageNotFound},
+		{&libpod.Error{Op: "o", Status: 404, Cause: "no such image"}, driver.ErrImageNotFound},
+		{&libpod.Error{Op: "o", Status: 409, Cause: "image is in use by a container", Message: "image used by 14c8: image is in use by a container: consider listing external containers and force-removing image"}, driver.ErrImageInUse},
+		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, driver.ErrPodman},
+		{&libpod.Error{Op: "o", Err: io.ErrUnexpectedEOF}, driver.ErrUnavailable},
+		{errors.New("not from libpod"), driver.ErrPodman},
 	} {
 		assert.ErrorIs(t, apiError("op", "", c.err), c.want, c.err.Error())
 		assert.ErrorIs(t, apiError("op", "", c.err), c.err)
@@ -104,8 +105,8 @@ func TestAPIErrorMappingByMessage(t *testing.T) {
 	for _, cerr := range []error{context.Canceled, context.DeadlineExceeded} {
 		err := apiError("op", "", &libpod.Error{Op: "o", Err: cerr})
 		assert.ErrorIs(t, err, cerr)
-		assert.NotErrorIs(t, err, ErrUnavailable)
-		assert.NotErrorIs(t, err, ErrPodman)
+		assert.NotErrorIs(t, err, driver.ErrUnavailable)
+		assert.NotErrorIs(t, err, driver.ErrPodman)
 	}
 }
 
@@ -138,32 +139,32 @@ func TestCLIErrorSamples(t *testing.T) {
 		"command-exit-125":         nil,
 		"command-exit-126":         nil,
 		"command-exit-127":         nil,
-		"commit-no-such-container": ErrNoSuchContainer,
-		"image-inspect-not-known":  ErrImageNotFound,
-		"rmi-in-use":               ErrImageInUse,
-		"cp-in-no-such-container":  ErrNoSuchContainer,
-		"cp-out-no-such-container": ErrNoSuchContainer,
+		"commit-no-such-container": driver.ErrNoSuchContainer,
+		"image-inspect-not-known":  driver.ErrImageNotFound,
+		"rmi-in-use":               driver.ErrImageInUse,
+		"cp-in-no-such-container":  driver.ErrNoSuchContainer,
+		"cp-out-no-such-container": driver.ErrNoSuchContainer,
 		"cp-in-not-a-dir":          fs.ErrNotExist,
 		"cp-out-no-such-path":      fs.ErrNotExist,
 		"exec-is-directory":        exec.ErrPermission,
-		"exec-no-such-container":   ErrNoSuchContainer,
+		"exec-no-such-container":   driver.ErrNoSuchContainer,
 		"exec-no-workdir":          exec.ErrDirNotFound,
 		"exec-not-executable":      exec.ErrPermission,
 		"exec-not-found":           exec.ErrNotFound,
-		"exec-not-running":         ErrContainerNotRunning,
-		"exec-unknown-user":        ErrPodman,
-		"exec-ssh-reset":           ErrUnavailable, // sshd dropped the connection (MaxStartups), by hand
-		"rm-no-such-container":     ErrNoSuchContainer,
-		"rm-stopped-meanwhile":     ErrContainerNotRunning,
-		"run-image-not-known":      ErrImageNotFound,
-		"run-name-in-use":          ErrNameInUse,
-		"run-oci-error":            ErrPodman,
-		"run-pull-dns":             ErrImageNotFound,
-		"run-pull-unreachable":     ErrImageNotFound,
-		"run-short-name":           ErrImageNotFound,
-		"run-unknown-flag":         ErrPodman,
-		"unreachable-socket":       ErrUnavailable,
-		"unreachable-tcp":          ErrUnavailable,
+		"exec-not-running":         driver.ErrContainerNotRunning,
+		"exec-unknown-user":        driver.ErrPodman,
+		"exec-ssh-reset":           driver.ErrUnavailable, // sshd dropped the connection (MaxStartups), by hand
+		"rm-no-such-container":     driver.ErrNoSuchContainer,
+		"rm-stopped-meanwhile":     driver.ErrContainerNotRunning,
+		"run-image-not-known":      driver.ErrImageNotFound,
+		"run-name-in-use":          driver.ErrNameInUse,
+		"run-oci-error":            driver.ErrPodman,
+		"run-pull-dns":             driver.ErrImageNotFound,
+		"run-pull-unreachable":     driver.ErrImageNotFound,
+		"run-short-name":           driver.ErrImageNotFound,
+		"run-unknown-flag":         driver.ErrPodman,
+		"unreachable-socket":       driver.ErrUnavailable,
+		"unreachable-tcp":          driver.ErrUnavailable,
 	}
 	files, err := filepath.Glob(filepath.Join(podmantest.Samples, "*.txt"))
 	require.NoError(t, err)
@@ -187,8 +188,8 @@ func TestCLIErrorSamples(t *testing.T) {
 			}
 			err := cliError(op, "thing", res)
 			assert.ErrorIs(t, err, w)
-			for _, other := range []error{ErrNoSuchContainer, ErrContainerNotRunning, ErrImageNotFound, ErrNameInUse,
-				ErrUnavailable, ErrPodman, ErrImageInUse, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
+			for _, other := range []error{driver.ErrNoSuchContainer, driver.ErrContainerNotRunning, driver.ErrImageNotFound, driver.ErrNameInUse,
+				driver.ErrUnavailable, driver.ErrPodman, driver.ErrImageInUse, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
 				if other != w {
 					assert.NotErrorIs(t, err, other, "one sentinel per failure")
 				}
@@ -251,7 +252,7 @@ func TestLostStream(t *testing.T) {
 	} {
 		err := LostStream("sh", c.code, c.tail)
 		if c.lost {
-			assert.ErrorIs(t, err, ErrPodman, "%d %q", c.code, c.tail)
+			assert.ErrorIs(t, err, driver.ErrPodman, "%d %q", c.code, c.tail)
 		} else {
 			assert.NoError(t, err, "%d %q", c.code, c.tail)
 		}

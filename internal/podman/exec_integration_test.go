@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -63,11 +64,11 @@ func TestExecStreams(t *testing.T) {
 					t.Run(inName+"/"+c.name, func(t *testing.T) {
 						var out, errb bytes.Buffer
 						stdin := in()
-						code, _, err := d.Exec(context.Background(), id, Process{Argv: []string{"sh", "-c", c.script}, Stdin: stdin, Stdout: &out, Stderr: &errb})
+						code, _, err := d.Exec(context.Background(), id, driver.Process{Argv: []string{"sh", "-c", c.script}, Stdin: stdin, Stdout: &out, Stderr: &errb})
 						if err != nil {
 							// Allowed only where Podman can lose something:
 							// a command that leaves some of its stdin unread.
-							assert.ErrorIs(t, err, ErrPodman)
+							assert.ErrorIs(t, err, driver.ErrPodman)
 							assert.True(t, inName != "none" && c.reads == "some",
 								"an error where nothing was cut: %v", err)
 							return

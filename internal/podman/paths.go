@@ -11,7 +11,7 @@ import (
 // it through filepath.Glob (vendor/github.com/containers/buildah/copier/
 // copier.go, copierHandlerStat and copierHandlerGet); with files x and
 // [x], "[x]" reads x. Before that, libpod's stat
-// (libpod/container_stat_common.go, Container.stat) answers "no such
+// (libpod/container_stat_common.go, driver.Container.stat) answers "no such
 // file" to any path holding a '*', escaped or not. PUT, and the put half
 // of `podman cp -`, take the directory as it is (copier.Put,
 // libpod/container_copy_common.go, copyFromArchive), creating what is

@@ -14,13 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/libpod"
 	"github.com/podvm/podvm/internal/podmantest"
 	"github.com/podvm/podvm/internal/testkit"
 )
 
 // drivers returns both drivers on the configured service, by name.
-func drivers(t *testing.T) map[string]Driver {
+func drivers(t *testing.T) map[string]driver.Driver {
 	t.Helper()
 	env := podmantest.Need(t)
 	c, err := libpod.Connect(context.Background(), env.Host)
@@ -28,7 +29,7 @@ func drivers(t *testing.T) map[string]Driver {
 	t.Cleanup(c.CloseIdleConnections)
 	cli, err := NewCLI(nil, env.Podman, env.Host, "")
 	require.NoError(t, err)
-	drivers := map[string]Driver{"api": NewAPI(c), "cli": cli}
+	drivers := map[string]driver.Driver{"api": NewAPI(c), "cli": cli}
 	if !env.RemoteOnly && strings.HasPrefix(env.Host, "unix://") {
 		// podman itself, on the service's storage, as vm's tests run it.
 		var local []string
@@ -45,11 +46,11 @@ func drivers(t *testing.T) map[string]Driver {
 
 // container starts a sandbox-like container through d, removed when t
 // ends.
-func container(t *testing.T, d Driver) string {
+func container(t *testing.T, d driver.Driver) string {
 	t.Helper()
 	env := podmantest.Need(t)
 	ctx := context.Background()
-	id, err := d.Create(ctx, Spec{Image: env.Image, Network: "none", Pids: 256,
+	id, err := d.Create(ctx, driver.Spec{Image: env.Image, Network: "none", Pids: 256,
 		Labels: map[string]string{"io.podvm.managed": "true", "io.podvm.test": t.Name()}})
 	t.Cleanup(func() {
 		if id != "" {
@@ -61,10 +62,10 @@ func container(t *testing.T, d Driver) string {
 }
 
 // sh runs script in container id and returns its stdout.
-func sh(t *testing.T, d Driver, id, script string) string {
+func sh(t *testing.T, d driver.Driver, id, script string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code, _, err := d.Exec(context.Background(), id, Process{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
+	code, _, err := d.Exec(context.Background(), id, driver.Process{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb})
 	require.NoError(t, err)
 	require.Equal(t, 0, code, "%s: %s", script, errb.String())
 	return out.String()
@@ -127,7 +128,7 @@ func TestCopyGlobNames(t *testing.T) {
 			var out bytes.Buffer
 			err := d.CopyOut(ctx, id, bad, &out)
 			if name == "cli" { // podman-remote
-				assert.ErrorIs(t, err, ErrNotSupported)
+				assert.ErrorIs(t, err, driver.ErrNotSupported)
 				assert.ErrorContains(t, err, "not UTF-8")
 			} else if assert.NoError(t, err) {
 				assert.ElementsMatch(t, []string{"bad-\xff\xfe=is bad-\xff\xfe"}, contents(t, out.Bytes()))

@@ -4,52 +4,22 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/libpod"
 )
 
-// ErrImageInUse: an image could not be removed because a container uses
-// it. Package vm reports it as its ErrSnapshotInUse.
-var ErrImageInUse = errors.New("vm: image in use by a container")
-
-// Imager is what a [Driver] that can snapshot a container offers: a
-// commit, and the images it makes, listed, inspected and removed. Both
-// drivers implement it; package vm checks for it, so a driver without it
-// answers vm.ErrNotSupported.
-type Imager interface {
-	// Commit makes an image named repo:tag of container id's filesystem,
-	// without pausing it, with changes (Dockerfile instructions, no
-	// commas) applied to its config, and returns the image's ID.
-	Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error)
-	// ImageDetails describes image ref, or fails with [ErrImageNotFound].
-	// Another image that goes away meanwhile does not fail it (see
-	// [Imager.Images]).
-	ImageDetails(ctx context.Context, ref string) (Image, error)
-	// Images lists the images carrying label ("key=value"). An image
-	// removed while Podman lists does not fail the list: Podman's own
-	// failure then is retried (see imageAgain).
-	Images(ctx context.Context, label string) ([]Image, error)
-	// RemoveImage removes image ref without force: one name of an image
-	// with several is untagged; an image a container uses is refused with
-	// [ErrImageInUse]; one already gone is [ErrImageNotFound].
-	RemoveImage(ctx context.Context, ref string) error
-}
-
-// Image is an image as [Imager] describes it.
-type Image = libpod.Image
-
 var (
-	_ Imager = API{}
-	_ Imager = CLI{}
+	_ driver.Imager = API{}
+	_ driver.Imager = CLI{}
 )
 
-// Commit implements [Imager.Commit] with POST /commit.
+// Commit implements [driver.Imager.Commit] with POST /commit.
 func (a API) Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error) {
 	return again(ctx, layerLost, func() (string, error) {
 		img, err := a.c.Commit(ctx, id, repo, tag, changes)
@@ -101,20 +71,20 @@ var (
 	imageVanished = transient{regexp.MustCompile(`locating (image|item named "[^"]*" for image) with ID`), 10, 50 * time.Millisecond}
 )
 
-// ImageDetails implements [Imager.ImageDetails].
-func (a API) ImageDetails(ctx context.Context, ref string) (Image, error) {
-	return again(ctx, imageVanished, func() (Image, error) {
+// ImageDetails implements [driver.Imager.ImageDetails].
+func (a API) ImageDetails(ctx context.Context, ref string) (driver.Image, error) {
+	return again(ctx, imageVanished, func() (driver.Image, error) {
 		img, err := a.c.ImageDetails(ctx, ref)
 		if err != nil {
-			return Image{}, apiError("image inspect", ref, err)
+			return driver.Image{}, apiError("image inspect", ref, err)
 		}
 		return img, nil
 	})
 }
 
-// Images implements [Imager.Images].
-func (a API) Images(ctx context.Context, label string) ([]Image, error) {
-	return again(ctx, imageVanished, func() ([]Image, error) {
+// Images implements [driver.Imager.Images].
+func (a API) Images(ctx context.Context, label string) ([]driver.Image, error) {
+	return again(ctx, imageVanished, func() ([]driver.Image, error) {
 		list, err := a.c.ImageList(ctx, label)
 		if err != nil {
 			return nil, apiError("image list", "", err)
@@ -123,7 +93,7 @@ func (a API) Images(ctx context.Context, label string) ([]Image, error) {
 	})
 }
 
-// RemoveImage implements [Imager.RemoveImage].
+// RemoveImage implements [driver.Imager.RemoveImage].
 func (a API) RemoveImage(ctx context.Context, ref string) error {
 	if err := a.c.ImageRemove(ctx, ref); err != nil {
 		return apiError("image remove", ref, err)
@@ -131,7 +101,7 @@ func (a API) RemoveImage(ctx context.Context, ref string) error {
 	return nil
 }
 
-// Commit implements [Imager.Commit] with `podman commit --pause=false`.
+// Commit implements [driver.Imager.Commit] with `podman commit --pause=false`.
 func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string) (string, error) {
 	args := []string{"commit", "--pause=false", "-q", "--format", "oci"}
 	for _, ch := range changes {
@@ -153,29 +123,29 @@ func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string)
 	}
 	img := strings.TrimSpace(res)
 	if _, err := hex.DecodeString(img); err != nil || len(img) != 64 {
-		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", ErrPodman, res)
+		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", driver.ErrPodman, res)
 	}
 	return img, nil
 }
 
-// ImageDetails implements [Imager.ImageDetails] with `podman image
+// ImageDetails implements [driver.Imager.ImageDetails] with `podman image
 // inspect`.
-func (d CLI) ImageDetails(ctx context.Context, ref string) (Image, error) {
+func (d CLI) ImageDetails(ctx context.Context, ref string) (driver.Image, error) {
 	res, err := again(ctx, imageVanished, func() (*exec.Result, error) {
 		return d.run(ctx, "image inspect", ref, exec.Command{Args: []string{"image", "inspect", ref}, MaxOutputBytes: 16 << 20})
 	})
 	if err != nil {
-		return Image{}, err
+		return driver.Image{}, err
 	}
 	var out []libpod.InspectedImage
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || len(out) != 1 {
-		return Image{}, fmt.Errorf("%w: podman image inspect %s: unexpected answer (%v)", ErrPodman, ref, err)
+		return driver.Image{}, fmt.Errorf("%w: podman image inspect %s: unexpected answer (%v)", driver.ErrPodman, ref, err)
 	}
 	return out[0].Image(), nil
 }
 
-// Images implements [Imager.Images] with `podman images`.
-func (d CLI) Images(ctx context.Context, label string) ([]Image, error) {
+// Images implements [driver.Imager.Images] with `podman images`.
+func (d CLI) Images(ctx context.Context, label string) ([]driver.Image, error) {
 	res, err := again(ctx, imageVanished, func() (*exec.Result, error) {
 		return d.run(ctx, "images", "", exec.Command{Args: []string{"images", "--filter", "label=" + label, "--format", "json"}, MaxOutputBytes: 64 << 20})
 	})
@@ -184,12 +154,12 @@ func (d CLI) Images(ctx context.Context, label string) ([]Image, error) {
 	}
 	var list []libpod.ListedImage
 	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
-		return nil, fmt.Errorf("%w: podman images: %v", ErrPodman, err)
+		return nil, fmt.Errorf("%w: podman images: %v", driver.ErrPodman, err)
 	}
 	return libpod.Images(list), nil
 }
 
-// RemoveImage implements [Imager.RemoveImage] with `podman rmi`.
+// RemoveImage implements [driver.Imager.RemoveImage] with `podman rmi`.
 func (d CLI) RemoveImage(ctx context.Context, ref string) error {
 	_, err := d.run(ctx, "rmi", ref, exec.Command{Args: []string{"rmi", ref}})
 	return err
