@@ -295,6 +295,9 @@ done >"$K/saved.absent"
 start() { # NAME CMD...: in its own session, its PID in pids/NAME.pid
 	name=$1
 	shift
+	# An earlier run's PID file would read as this one dead until the
+	# new one is in place.
+	rm -f "$K/pids/$name.pid"
 	# shellcheck disable=SC2016 # expanded by the inner sh
 	# The PID file appears whole (renamed into place): wait_for reads it
 	# while this starts, and an empty one would read as a dead process.

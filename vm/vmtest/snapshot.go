@@ -79,7 +79,8 @@ func removeSnapshot(t *testing.T, v vm.VM, ref string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := vm.RemoveSnapshot(ctx, v, ref); err != nil && !errors.Is(err, vm.ErrImageNotFound) {
+	// A backend that cannot snapshot (Kubernetes) made nothing to remove.
+	if err := vm.RemoveSnapshot(ctx, v, ref); err != nil && !errors.Is(err, vm.ErrImageNotFound) && !errors.Is(err, vm.ErrNotSupported) {
 		t.Errorf("removing snapshot %s: %v", ref, err)
 	}
 }
