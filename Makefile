@@ -33,6 +33,7 @@ demo: ## compile and run a Go program in a sandbox, through both backends side b
 # by its own watchdog (vm/vmtest).
 test: lint check-generate ## every test: unit and integration against a real Podman and a real Kubernetes, then a leak check
 	@$(WITH_PODMAN); $(WITH_KUBE); \
+	$(GO) run ./internal/testreap || exit 1; \
 	$(GO) test -race -count=1 -timeout 30m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
 	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$$)' .podvm-test.log; \
 	scripts/conformance-table.sh .podvm-test.log || rc=1; \

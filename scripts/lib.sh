@@ -2,13 +2,18 @@
 
 # podvm_ended_containers PODMAN [URL]: the IDs, full and sorted, of podvm's
 # containers (label io.podvm.managed) on the service at URL (without one,
-# of PODMAN's local storage) whose owner process (label io.podvm.owner.pid)
-# has ended. A live owner's containers (a test run, a demo, a benchmark in
-# progress, another clone's) are not listed. vm.Reap applies the same rule.
+# of PODMAN's local storage) made on this host (label io.podvm.owner.host)
+# whose owner process (label io.podvm.owner.pid) has ended. A live owner's
+# containers (a test run, a demo, a benchmark in progress, another clone's)
+# and another host's are not listed. vm.Reap's rule for sandboxes without
+# io.podvm.owner, simpler: a PID reused since keeps a container listed as
+# live.
 podvm_ended_containers() {
+	host=$(hostname)
 	"$1" ${2:+--url "$2"} ps -a --no-trunc --filter label=io.podvm.managed \
-		--format '{{.ID}} {{index .Labels "io.podvm.owner.pid"}}' |
-		while read -r id pid; do
+		--format '{{.ID}}|{{index .Labels "io.podvm.owner.pid"}}|{{index .Labels "io.podvm.owner.host"}}' |
+		while IFS='|' read -r id pid owner; do
+			[ "${owner:-$host}" = "$host" ] || continue # not this host's to judge
 			case $pid in '' | *[!0-9]*) ;; *) [ -d "/proc/$pid" ] && continue ;; esac # any user's process
 			echo "$id"
 		done | sort

@@ -14,9 +14,10 @@ unset CONTAINER_HOST CONTAINER_CONNECTION
 [ ! -f "$STATE/containers.conf" ] || export CONTAINERS_CONF="$STATE/containers.conf"
 
 . "$REPO/scripts/lib.sh"
+podman ps -aq >/dev/null # fails here, not silently in the pipeline below
 ids=$(podvm_ended_containers podman)
 if [ -n "$ids" ]; then
 	echo "podman-clean: removing $(echo "$ids" | wc -l) container(s)" >&2
 	# shellcheck disable=SC2086 # one ID per word
-	podman rm -f -t 0 $ids >/dev/null
+	podman rm -f -t 0 --ignore $ids >/dev/null
 fi

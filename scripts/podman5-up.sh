@@ -147,21 +147,29 @@ rootfs_cached() { [ "$(cat "$CACHE/rootfs/.podvm-recipe" 2>/dev/null)" = "$RECIP
 if ! rootfs_ok; then
 	stop_service # it may run from the rootfs we replace
 	rm -rf --one-file-system "$RFS.new"
-	mkdir -p "$CACHE"
-	exec 8>"$CACHE/lock"
-	flock 8 # one build at a time, for every clone
-	if rootfs_cached; then
-		log "copying the trixie rootfs from $CACHE/rootfs"
-		cp -a --one-file-system "$CACHE/rootfs" "$RFS.new"
+	if mkdir -p "$CACHE" 2>/dev/null && exec 8>"$CACHE/lock"; then
+		flock 8 # one build at a time, for every clone
+		if rootfs_cached; then
+			log "copying the trixie rootfs from $CACHE/rootfs"
+			cp -a --one-file-system "$CACHE/rootfs" "$RFS.new"
+		else
+			build_rootfs "$RFS.new" 8>&-
+			mkdir -p "$RFS.new/.oldroot"
+			echo "$RECIPE" >"$RFS.new/.podvm-recipe"
+			# The recipe goes first: a removal cut short leaves no tree
+			# that rootfs_cached takes for whole.
+			rm -f "$CACHE/rootfs/.podvm-recipe"
+			rm -rf --one-file-system "$CACHE/rootfs.new" "$CACHE/rootfs"
+			cp -a --one-file-system "$RFS.new" "$CACHE/rootfs.new" && mv "$CACHE/rootfs.new" "$CACHE/rootfs" ||
+				log "could not cache the rootfs in $CACHE (the next clone builds it again)"
+		fi
+		exec 8>&-
 	else
+		log "$CACHE is not writable: building the rootfs for this clone alone"
 		build_rootfs "$RFS.new"
 		mkdir -p "$RFS.new/.oldroot"
 		echo "$RECIPE" >"$RFS.new/.podvm-recipe"
-		rm -rf --one-file-system "$CACHE/rootfs.new" "$CACHE/rootfs"
-		cp -a --one-file-system "$RFS.new" "$CACHE/rootfs.new" && mv "$CACHE/rootfs.new" "$CACHE/rootfs" ||
-			log "could not cache the rootfs in $CACHE (the next clone builds it again)"
 	fi
-	exec 8>&-
 	rm -rf --one-file-system "$RFS"
 	mv "$RFS.new" "$RFS"
 	log "rootfs ready: $(chroot "$RFS" dpkg-query -W $PACKAGES | tr '\t\n' '= ')"

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -283,6 +284,8 @@ var agentUnmountable sync.Map
 func (s *sandbox) createContainer(ctx context.Context, agent *agentMount) (string, error) {
 	spec := agent.spec(s.spec)
 	spec.Labels[labelToken] = s.token
+	// Now, not when Create began: pulling the image may have taken minutes.
+	spec.Labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	return finishDespiteCancel(ctx, "create from "+s.cfg.Image, func(ctx context.Context) (string, error) {
 		return s.d.Create(ctx, spec)
 	})

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -147,26 +146,7 @@ func TestMain(m *testing.M) {
 	if uri := os.Getenv(sshAPIEnv); uri != "" {
 		os.Exit(sshAPIConnect(uri))
 	}
-	reapEarlierRuns()
 	os.Exit(m.Run())
-}
-
-// reapEarlierRuns removes what processes that ended without cleaning up,
-// an earlier test binary killed by its timeout among them, left on the
-// test service: sandboxes, snapshots and agent channel directories. A
-// run's own leaks still fail it (make test's check-leaks); they do not
-// fail the next one.
-func reapEarlierRuns() {
-	host := os.Getenv("CONTAINER_HOST")
-	if host == "" || os.Getenv("PODVM_TEST_IMAGE") == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	removed, err := vm.Reap(ctx, 0, vm.WithURL(host), vm.WithSnapshots())
-	if len(removed) > 0 || err != nil {
-		fmt.Fprintf(os.Stderr, "vm: reaped %d sandboxes and snapshots that ended processes left on %s (errors: %v)\n", len(removed), host, err)
-	}
 }
 
 // BackendKube without vm/kube imported says what to import.
