@@ -56,21 +56,22 @@ func checkLength(op, p string) error {
 var notExistMessages = regexp.MustCompile(`no such file or directory|no such directory in the sandbox|destination must be a directory when copying from stdin`)
 
 // errnoMessages are the system's messages for the failures of the file
-// calls that have a sentinel of their own, as Podman's copies pass them
-// on (its service, in a libpod error; the local podman, on stderr;
-// podman-remote's cp passes none), most specific first. A message of the
+// calls that have a sentinel of their own, as the copies pass them on
+// (Podman's service, in a libpod error; the local podman, on stderr;
+// podman-remote's cp passes none; tar in a pod, strerror's capitalised),
+// most specific first. A message of the
 // copier naming a path that could not be found is followed by its cause.
 var errnoMessages = []struct {
 	re  *regexp.Regexp
 	err error
 }{
-	{regexp.MustCompile(`too many levels of symbolic links`), syscall.ELOOP},
-	{regexp.MustCompile(`read-only file system`), syscall.EROFS},
-	{regexp.MustCompile(`file name too long`), syscall.ENAMETOOLONG},
-	{regexp.MustCompile(`no space left on device|disk quota exceeded`), syscall.ENOSPC},
-	{regexp.MustCompile(`permission denied|operation not permitted`), fs.ErrPermission},
-	{regexp.MustCompile(`: is a directory`), syscall.EISDIR},
-	{regexp.MustCompile(`: not a directory`), syscall.ENOTDIR},
+	{regexp.MustCompile(`(?i)too many levels of symbolic links`), syscall.ELOOP},
+	{regexp.MustCompile(`(?i)read-only file system`), syscall.EROFS},
+	{regexp.MustCompile(`(?i)file name too long`), syscall.ENAMETOOLONG},
+	{regexp.MustCompile(`(?i)no space left on device|disk quota exceeded`), syscall.ENOSPC},
+	{regexp.MustCompile(`(?i)permission denied|operation not permitted`), fs.ErrPermission},
+	{regexp.MustCompile(`(?i): is a directory`), syscall.EISDIR},
+	{regexp.MustCompile(`(?i): not a directory`), syscall.ENOTDIR},
 }
 
 // noItems is the local podman's message for a copy out of a path it

@@ -457,7 +457,9 @@ func orDiscard(w io.Writer) io.Writer {
 // base name, following PATH itself when it is a symlink (a link to a
 // directory is archived from inside, as "./…", which [renameDot] names
 // after PATH). tar gets the base name after "--", so a name that begins
-// with "-" is never one of its options (busybox and GNU tar alike). DIR
+// with "-" is never one of its options (busybox and GNU tar alike). A
+// PATH that is a device, a fifo or a socket is an empty archive, as
+// Podman's copies leave them out. DIR
 // and PATH come as printf octal escapes (octal): any
 // byte reaches the script, where the exec API's argv, carried by gRPC
 // strings, takes UTF-8 only. MARK is the first line of stdin, and the
@@ -478,7 +480,8 @@ in) cd "$p" 2>/dev/null || podvm_end missing
    done
    tar -x -f - ;;
 out) [ -e "$p" ] || [ -L "$p" ] || podvm_end missing
-   if [ "$p" = / ]; then cd / && tar -c -f - .
+   if [ -b "$p" ] || [ -c "$p" ] || [ -p "$p" ] || [ -S "$p" ]; then head -c 1024 /dev/zero # an empty archive
+   elif [ "$p" = / ]; then cd / && tar -c -f - .
    elif [ -L "$p" ] && [ -d "$p" ]; then cd "$p" && tar -c -f - .
    else d=${p%/*}; cd "${d:-/}" || podvm_end missing
      if [ -L "$p" ]; then tar -c -h -f - -- "${p##*/}"; else tar -c -f - -- "${p##*/}"; fi
@@ -658,6 +661,10 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 		return &unsafeError{why}
 	case complete && code != 0:
 		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, code, strings.TrimSpace(stderr.String()))
+	case complete && op == "in" && strings.Contains(stderr.String(), "tar: can't "):
+		// busybox tar says what it could not make ("can't make dir x:
+		// Read-only file system") and goes on, to exit 0.
+		return fmt.Errorf("%w: kube: copy %s %s: %s", driver.ErrPodman, op, p, strings.TrimSpace(stderr.String()))
 	case complete && s.werr != nil:
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, s.werr)
 	case complete:
