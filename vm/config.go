@@ -41,7 +41,7 @@ const (
 // Defaults applied to a zero [Config] field.
 const (
 	DefaultNetwork = "none"
-	DefaultPids    = 1024
+	DefaultPids    = driver.DefaultPids
 )
 
 // NoPidsLimit as [Config.Pids] asks for no pids limit: a fork bomb in the
@@ -65,9 +65,9 @@ type PullPolicy string
 
 // Pull policies. The zero value is PullMissing.
 const (
-	PullMissing PullPolicy = "missing" // pull only when not present
-	PullNever   PullPolicy = "never"   // fail with ErrImageNotFound when not present
-	PullAlways  PullPolicy = "always"  // pull before every Create
+	PullMissing PullPolicy = driver.PullMissing // pull only when not present
+	PullNever   PullPolicy = driver.PullNever   // fail with ErrImageNotFound when not present
+	PullAlways  PullPolicy = driver.PullAlways  // pull before every Create
 )
 
 // Mount makes a host directory or file visible in the sandbox.
@@ -260,17 +260,20 @@ func (c Config) checkMountSources() error {
 	return nil
 }
 
-// withDefaults returns c with its zero fields replaced by their defaults.
+// withDefaults returns c with its zero fields replaced by their defaults,
+// but for Pids: a zero Pids is [DefaultPids] to the engine (where there is
+// a per-sandbox limit to set), and it tells a limit asked for from none.
 func (c Config) withDefaults() Config {
-	c.Network, c.Pids, c.Pull = cmp.Or(c.Network, DefaultNetwork), cmp.Or(c.Pids, DefaultPids), cmp.Or(c.Pull, PullMissing)
+	c.Network, c.Pull = cmp.Or(c.Network, DefaultNetwork), cmp.Or(c.Pull, PullMissing)
 	return c
 }
 
-// spec is the container the engine makes for c, with defaults, and
-// podvm's labels; its PID 1 is the engine's init until an agent is put in
-// ([agentMount.spec]).
+// spec is c, with defaults, as every engine's driver takes it: the one
+// mapping of a Config, with podvm's labels. Its PID 1 is the engine's
+// init until an agent is put in ([agentMount.spec]).
 func (c Config) spec() driver.Spec {
-	s := driver.Spec{Name: c.Name, Image: c.Image, Labels: c.labels(), Env: c.Env, Workdir: c.Workdir, User: c.User,
+	s := driver.Spec{Name: c.Name, Image: c.Image, Pull: string(c.Pull), ImageArchive: c.ImageArchive,
+		Labels: c.labels(), Env: c.Env, Workdir: c.Workdir, User: c.User,
 		Network: c.Network, Memory: c.Memory, CPUs: c.CPUs, Pids: c.Pids, ReadOnlyRootfs: c.ReadOnlyRootfs,
 		Capabilities: DefaultCapabilities}
 	for _, m := range c.Mounts {

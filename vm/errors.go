@@ -28,10 +28,13 @@ var (
 	ErrImageNotFound = driver.ErrImageNotFound
 	// ErrNameInUse: another container already has the configured Name.
 	ErrNameInUse = driver.ErrNameInUse
-	// ErrUnavailable: the Podman service or binary cannot be reached.
+	// ErrUnavailable: the engine (the Podman service or binary, the
+	// cluster) cannot be reached.
 	ErrUnavailable = driver.ErrUnavailable
-	// ErrPodman: Podman failed in a way no other sentinel describes.
-	ErrPodman = driver.ErrPodman
+	// ErrPodman: the engine (Podman, or Kubernetes' API server and
+	// kubelet) failed in a way no other sentinel describes. Its name is
+	// the first engine's.
+	ErrPodman = driver.ErrEngine
 	// ErrNotSupported: the backend or server cannot do this at all.
 	ErrNotSupported = driver.ErrNotSupported
 )

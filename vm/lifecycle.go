@@ -40,7 +40,7 @@ type sandbox struct {
 	// created: Create was called; made: something of ours may be left.
 	created, made bool
 	chanDir       string      // the agent's channel directory, if one was made
-	spec          driver.Spec // the container's, without the agent: built and checked once, at Create
+	spec          driver.Spec // cfg as the engine takes it, without the agent: built once
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -50,17 +50,32 @@ type state struct {
 	removed bool
 }
 
-// init makes s a sandbox for cfg, already validated, on d. When d's
-// Podman runs on this machine, a mount source that does not exist is
-// [ErrInvalidConfig], and d is closed.
+// init makes s a sandbox for cfg, already validated, on d: [sandbox.prepare]
+// then [sandbox.use].
 func (s *sandbox) init(d driver.Driver, cfg Config) error {
+	s.prepare(cfg)
+	return s.use(d)
+}
+
+// prepare makes s a sandbox for cfg, already validated, with no driver
+// yet: its config with defaults, and its spec, the one mapping of the
+// config that every engine's driver takes.
+func (s *sandbox) prepare(cfg Config) {
+	s.cfg, s.token = cfg.withDefaults(), randomHex()
+	s.spec = s.cfg.spec()
+}
+
+// use gives s, prepared, its driver. When d's engine runs on this
+// machine, a mount source that does not exist is [ErrInvalidConfig], and
+// d is closed.
+func (s *sandbox) use(d driver.Driver) error {
 	if local, _ := d.Local(); local {
-		if err := cfg.checkMountSources(); err != nil {
+		if err := s.cfg.checkMountSources(); err != nil {
 			d.Close()
 			return err
 		}
 	}
-	s.d, s.cfg, s.token = d, cfg.withDefaults(), randomHex()
+	s.d = d
 	return nil
 }
 
@@ -68,7 +83,7 @@ func (s *sandbox) init(d driver.Driver, cfg Config) error {
 // driver can tell ([driver.Limiter]), before anything is made: a limit it
 // cannot enforce (rootless Podman without the cgroup controller) fails
 // with an error matching [ErrNotSupported] that names it.
-func (s *sandbox) checkLimits(ctx context.Context, spec *driver.Spec) error {
+func (s *sandbox) checkLimits(ctx context.Context, spec driver.Spec) error {
 	l, ok := s.d.(driver.Limiter)
 	if !ok {
 		return nil
@@ -135,8 +150,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 		return ErrAlreadyCreated
 	}
 	s.created = true
-	s.spec = s.cfg.spec()
-	if err := s.checkLimits(ctx, &s.spec); err != nil {
+	if err := s.checkLimits(ctx, s.spec); err != nil {
 		return err // nothing was made
 	}
 	mount, err := s.ensureImages(ctx)

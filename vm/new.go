@@ -37,12 +37,18 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 	}
 	o := newOptions(opts)
 	if open, ok := driver.Lookup(string(o.backend)); ok {
-		d, err := open(ctx, cfg)
+		s := new(sandbox)
+		s.prepare(cfg)
+		spec := s.spec // the opener's to check, not to keep
+		d, err := open(ctx, &spec)
 		if err != nil {
 			return nil, err
 		}
 		o.log.Info("podvm: using the registered backend", "backend", o.backend)
-		return newSandbox(d, cfg)
+		if err := s.use(d); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	if podman.IsLocal(cmp.Or(o.url, os.Getenv("CONTAINER_HOST"))) {
 		// Every candidate is on this machine: a missing mount source is
@@ -66,27 +72,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
 		return nil, err
 	}
 	return v, nil
-}
-
-// newSandbox is the sandbox for cfg, valid, over d, a driver of an
-// engine registered with internal/driver; it closes d when it fails.
-func newSandbox(d driver.Driver, cfg Config) (VM, error) {
-	s := new(sandbox)
-	if err := s.init(d, cfg); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-func init() {
-	driver.NewSandbox = func(d driver.Driver, cfg any) (any, error) {
-		c, ok := cfg.(Config)
-		if !ok {
-			d.Close()
-			return nil, fmt.Errorf("%w: %T is not a vm.Config", ErrInvalidConfig, cfg)
-		}
-		return newSandbox(d, c)
-	}
 }
 
 // driver finds Podman as [New] describes, and logs its choice. When

@@ -78,18 +78,23 @@ type Driver interface {
 	Close()
 }
 
-// Spec is a container for [Driver.Create]: a sandbox's config, its labels
-// and what its PID 1 is. Zero fields mean Podman's defaults.
+// Spec is a sandbox for [Driver.Create], the one form in which a driver
+// sees the caller's config (vm maps its Config here, once, defaults
+// applied): its labels and what its PID 1 is. A driver honours every
+// field or refuses it, when opened ([Opener]) and again in Create, with
+// an error matching [ErrNotSupported] or [ErrInvalidConfig].
 type Spec struct {
-	Name           string            // the container's name; "" lets Podman choose
-	Image          string            // present already
+	Name           string            // the container's name; "" lets the engine choose
+	Image          string            // present already, when Create is called
+	Pull           string            // when the image is fetched: [PullMissing], [PullNever] or [PullAlways]
+	ImageArchive   string            // a file of the caller's machine the image is loaded from, or ""
 	Labels         map[string]string // on the container
 	Env            []string          // KEY=VALUE, on top of the image's
 	Workdir, User  string            // "" for the image's
 	Network        string            // a mode ("none", "host", "container:NAME") or a network's name
 	Memory         int64             // bytes, swap included; 0: no limit
 	CPUs           float64           // 0: no limit
-	Pids           int64             // the pids limit; -1: none; 0: Podman's default
+	Pids           int64             // the pids limit; 0: [DefaultPids]; -1: none
 	ReadOnlyRootfs bool              // with writable tmpfs on /tmp, /var/tmp and /run
 	Capabilities   []string          // the only ones kept; all others are dropped
 	Mounts         []Mount           // bind mounts
@@ -101,6 +106,17 @@ type Spec struct {
 	// AgentArgs are the agent's arguments.
 	AgentArgs []string
 }
+
+// DefaultPids is the pids limit of a [Spec] whose Pids is zero: room for
+// a parallel build, not for a fork bomb.
+const DefaultPids = 1024
+
+// When an image is fetched ([Spec.Pull]).
+const (
+	PullMissing = "missing" // only when it is not present
+	PullNever   = "never"   // never: its absence is [ErrImageNotFound]
+	PullAlways  = "always"  // before every create
+)
 
 // Mount is a bind mount of Source, on the Podman host, at Target.
 type Mount struct {
@@ -138,19 +154,19 @@ type Container struct {
 }
 
 // The errors a driver's calls match, with errors.Is. Package vm exports
-// them under the same names, documented there; their text keeps vm's
-// prefix, since they are vm's errors.
+// them under the same names (ErrEngine as vm.ErrPodman), documented
+// there; their text keeps vm's prefix, since they are vm's errors.
 var (
 	ErrInvalidConfig       = errors.New("vm: invalid config")
 	ErrNoSuchContainer     = errors.New("vm: no such container")
 	ErrContainerNotRunning = errors.New("vm: container is not running")
 	ErrImageNotFound       = errors.New("vm: image not found")
 	ErrNameInUse           = errors.New("vm: container name already in use")
-	ErrUnavailable         = errors.New("vm: podman unavailable")
-	ErrPodman              = errors.New("vm: podman failed")
+	ErrUnavailable         = errors.New("vm: engine unavailable")
+	ErrEngine              = errors.New("vm: engine failed")
 	ErrNotSupported        = errors.New("vm: not supported")
 )
 
 // ErrNotReached is wrapped, beside [ErrUnavailable], by a call that never
 // reached the engine (no podman binary): nothing can have been made.
-var ErrNotReached = errors.New("podman was not reached")
+var ErrNotReached = errors.New("the engine was not reached")

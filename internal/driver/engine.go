@@ -9,14 +9,14 @@ import (
 // whose client-go only its users should pay for) reaches vm's sandbox:
 // the engine's own package (vm/kube) registers an [Opener] under a
 // backend's name as it is imported, as database/sql drivers do, and
-// builds sandboxes over its driver with [NewSandbox], which vm sets.
+// vm.New opens it by that name.
 
-// Opener returns a driver for one sandbox of cfg (a vm.Config, as the
-// caller gave it: its zero fields not yet defaulted), or, when cfg is
-// nil, one to list and remove sandboxes with (vm.Reap). It refuses a
-// config the engine cannot honour with an error matching
-// [ErrNotSupported] or [ErrInvalidConfig].
-type Opener func(ctx context.Context, cfg any) (Driver, error)
+// Opener returns a driver for one sandbox of spec (vm's Config, mapped
+// and defaulted; the driver must not keep the pointer), or, when spec is
+// nil, one to list and remove sandboxes with (vm.Reap). It refuses a spec
+// the engine cannot honour with an error matching [ErrNotSupported] or
+// [ErrInvalidConfig], before anything is sent to the engine.
+type Opener func(ctx context.Context, spec *Spec) (Driver, error)
 
 var engines sync.Map // backend name → Opener
 
@@ -36,8 +36,3 @@ func Lookup(name string) (Opener, bool) {
 	}
 	return o.(Opener), true
 }
-
-// NewSandbox returns vm's sandbox (a vm.VM, not yet created) for cfg (a
-// vm.Config, valid) over d; it closes d when it fails. Package vm sets it
-// as it is initialised, so a package that imports vm may call it.
-var NewSandbox func(d Driver, cfg any) (any, error)

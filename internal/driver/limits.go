@@ -13,11 +13,9 @@ import (
 type Limiter interface {
 	// Limits checks spec against what the engine enforces, before
 	// anything is made. A limit it cannot enforce fails with a
-	// *[LimitError] (it matches [ErrNotSupported]); a limit that asks for
-	// nothing the engine would do (no pids limit where none can be set)
-	// is cleared in spec. Errors reaching the engine match
-	// [ErrUnavailable], as any call's.
-	Limits(ctx context.Context, spec *Spec) error
+	// *[LimitError] (it matches [ErrNotSupported]). Errors reaching the
+	// engine match [ErrUnavailable], as any call's.
+	Limits(ctx context.Context, spec Spec) error
 }
 
 // LimitError is a limit of a [Spec] the engine cannot enforce (rootless

@@ -277,11 +277,11 @@ func (d *Driver) executor(id, sub string, params kruntime.Object) (remotecommand
 func newExecutor(rc *rest.Config, u *url.URL) (remotecommand.Executor, error) {
 	spdy, err := remotecommand.NewSPDYExecutor(rc, "POST", u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kube: %w", driver.ErrPodman, err)
+		return nil, fmt.Errorf("%w: kube: %w", driver.ErrEngine, err)
 	}
 	ws, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: kube: %w", driver.ErrPodman, err)
+		return nil, fmt.Errorf("%w: kube: %w", driver.ErrEngine, err)
 	}
 	return remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)

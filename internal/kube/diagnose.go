@@ -77,13 +77,13 @@ func failure(p *corev1.Pod) error {
 			case imageReasons[w.Reason]:
 				return fmt.Errorf("%w: kube: pod %s: %s: %s", driver.ErrImageNotFound, p.Name, w.Reason, w.Message)
 			case startReasons[w.Reason]:
-				return fmt.Errorf("%w: kube: pod %s: container %s: %s: %s", driver.ErrPodman, p.Name, st.Name, w.Reason, w.Message)
+				return fmt.Errorf("%w: kube: pod %s: container %s: %s: %s", driver.ErrEngine, p.Name, st.Name, w.Reason, w.Message)
 			}
 		}
 		if t := st.State.Terminated; t != nil {
 			switch {
 			case st.Name == Install && t.ExitCode != 0:
-				return fmt.Errorf("%w: kube: pod %s: installing the agent: tar exited %d (%s): %s", driver.ErrPodman, p.Name, t.ExitCode, t.Reason, t.Message)
+				return fmt.Errorf("%w: kube: pod %s: installing the agent: tar exited %d (%s): %s", driver.ErrEngine, p.Name, t.ExitCode, t.Reason, t.Message)
 			case st.Name == Main:
 				return fmt.Errorf("%w: kube: pod %s: its container exited %d (%s): %s", driver.ErrContainerNotRunning, p.Name, t.ExitCode, t.Reason, t.Message)
 			}

@@ -276,7 +276,7 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 			return false, fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
 		}
 		if s.err != nil && !errors.Is(s.err, io.EOF) {
-			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrPodman, s.err, bytes.TrimSpace([]byte(stderr.String())))
+			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrEngine, s.err, bytes.TrimSpace([]byte(stderr.String())))
 		}
 		return false, nil
 	})

@@ -34,7 +34,7 @@ func fakeDriver(t *testing.T) (*Driver, *fake.Clientset) {
 		p.Name, p.UID = "podvm-test", types.UID("uid-1")
 		return true, p, nil
 	})
-	o := Options{Namespace: "ns", PullPolicy: corev1.PullNever, DenyAll: true}
+	o := Options{Namespace: "ns", DenyAll: true}
 	return New(&Client{CS: cs, REST: &rest.Config{Host: "https://x"}}, o), cs
 }
 
@@ -88,7 +88,7 @@ func TestCreatePolicyRefused(t *testing.T) {
 	spec.Network = "none"
 	id, err := d.Create(context.Background(), spec)
 	require.Error(t, err)
-	assert.ErrorIs(t, err, driver.ErrPodman)
+	assert.ErrorIs(t, err, driver.ErrEngine)
 	assert.True(t, apierrors.IsForbidden(err), "%v", err)
 	assert.Empty(t, id)
 	require.Equal(t, []string{"create pods", "create networkpolicies", "delete pods"}, verbs(cs))

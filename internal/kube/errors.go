@@ -20,7 +20,7 @@ import (
 // a name taken [driver.ErrNameInUse], a spec the API server refuses
 // [driver.ErrInvalidConfig], a pod whose containers ended
 // [driver.ErrContainerNotRunning], an API server that cannot be reached
-// [driver.ErrUnavailable], anything else it said [driver.ErrPodman]. A
+// [driver.ErrUnavailable], anything else it said [driver.ErrEngine]. A
 // context's error gets no sentinel.
 func classify(op, what string, err error) error {
 	if what != "" {
@@ -47,7 +47,7 @@ func classify(op, what string, err error) error {
 		errors.As(err, &ne), strings.Contains(msg, "connection refused"), strings.Contains(msg, "no such host"):
 		sentinel = driver.ErrUnavailable
 	default:
-		sentinel = driver.ErrPodman
+		sentinel = driver.ErrEngine
 	}
 	return fmt.Errorf("%w: kube: %s: %w", sentinel, op, err)
 }

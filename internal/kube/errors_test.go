@@ -29,7 +29,7 @@ func TestClassifyDeadline(t *testing.T) {
 	} {
 		got := classify("list nodes", "", err)
 		assert.ErrorIs(t, got, context.DeadlineExceeded, name)
-		assert.False(t, errors.Is(got, driver.ErrPodman), name)
+		assert.False(t, errors.Is(got, driver.ErrEngine), name)
 	}
-	assert.ErrorIs(t, classify("get pod", "x", errors.New("boom")), driver.ErrPodman)
+	assert.ErrorIs(t, classify("get pod", "x", errors.New("boom")), driver.ErrEngine)
 }

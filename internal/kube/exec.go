@@ -130,7 +130,7 @@ podvm_end "exited $podvm_s"`
 // name that is not a shell name, one a shell holds read-only, podvm_*) is
 // [driver.ErrNotSupported]. A session that ended before the script's
 // marks is an error matching [driver.ErrUnavailable] (the connection was
-// cut) or [driver.ErrPodman] (the script itself ended early: killed, or
+// cut) or [driver.ErrEngine] (the script itself ended early: killed, or
 // it could not fork), with started true: the command may run on.
 func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
 	if len(p.Argv) == 0 {
@@ -210,7 +210,7 @@ func startError(name, dir, why string) error {
 	case "env":
 		return fmt.Errorf("%w: kube: an environment variable sh could not export: the exec path sets the environment through sh", driver.ErrNotSupported)
 	}
-	return fmt.Errorf("%w: kube: %s could not start: %s", driver.ErrPodman, name, why)
+	return fmt.Errorf("%w: kube: %s could not start: %s", driver.ErrEngine, name, why)
 }
 
 // markGrace is how long a session whose marks are in may take to end
@@ -367,7 +367,7 @@ func (s *marked) cut(what, id string, err error) error {
 	case err == nil:
 		return fmt.Errorf("%w: kube: %s %s: the session ended without the script's end marks: output or the exit status may be lost", driver.ErrUnavailable, what, id)
 	case errors.As(err, &ce):
-		return fmt.Errorf("%w: kube: %s %s: the script ended (status %d) before the command's end: killed, or it could not fork", driver.ErrPodman, what, id, ce.Code)
+		return fmt.Errorf("%w: kube: %s %s: the script ended (status %d) before the command's end: killed, or it could not fork", driver.ErrEngine, what, id, ce.Code)
 	}
 	return classify(what, id, err)
 }
@@ -660,11 +660,11 @@ func (d *Driver) tar(ctx context.Context, id, op, p string, r io.Reader, w io.Wr
 	case strings.HasPrefix(why, "unsafe "):
 		return &unsafeError{why}
 	case complete && code != 0:
-		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrPodman, op, p, code, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%w: kube: copy %s %s: tar exited %d: %s", driver.ErrEngine, op, p, code, strings.TrimSpace(stderr.String()))
 	case complete && op == "in" && strings.Contains(stderr.String(), "tar: can't "):
 		// busybox tar says what it could not make ("can't make dir x:
 		// Read-only file system") and goes on, to exit 0.
-		return fmt.Errorf("%w: kube: copy %s %s: %s", driver.ErrPodman, op, p, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%w: kube: copy %s %s: %s", driver.ErrEngine, op, p, strings.TrimSpace(stderr.String()))
 	case complete && s.werr != nil:
 		return fmt.Errorf("vm: kube: copy %s %s: %w", op, p, s.werr)
 	case complete:

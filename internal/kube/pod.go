@@ -50,8 +50,6 @@ type Options struct {
 	// RuntimeClass is the pods' runtimeClassName; "" for the cluster's
 	// default runtime.
 	RuntimeClass string
-	// PullPolicy is the containers' imagePullPolicy.
-	PullPolicy corev1.PullPolicy
 	// Lifetime is the pods' activeDeadlineSeconds: the kubelet kills a pod
 	// that runs longer, whoever made it, whether or not it is alive.
 	Lifetime time.Duration
@@ -64,41 +62,50 @@ type Options struct {
 	Arch string
 }
 
-// Check reports whether spec can be honoured as o says, as [Driver.Create]
-// would, without a cluster: the error is the one Create would return.
+// Check reports whether spec can be honoured as o says, without a
+// cluster: an error matching [driver.ErrNotSupported] or
+// [driver.ErrInvalidConfig] for a field that Kubernetes cannot honour as
+// the Spec means it, the one Create would return. It builds nothing.
 func Check(spec driver.Spec, o Options) error {
-	_, err := pod(spec, o)
-	return err
-}
-
-// pod returns the Pod for spec, or an error matching
-// [driver.ErrNotSupported] or [driver.ErrInvalidConfig] for a field that
-// Kubernetes cannot honour as the Spec means it. Its name is spec.Name,
-// else generated from "podvm-".
-func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
-	if len(spec.Mounts) > 0 {
-		return nil, fmt.Errorf("%w: kube: host mounts: a pod's hostPath is a directory of whichever node runs it, not of the caller; copy files in with CopyIn instead", driver.ErrNotSupported)
+	switch {
+	case spec.Pids > 0:
+		return fmt.Errorf("%w: kube: pids %d: Kubernetes limits processes per node (the kubelet's podPidsLimit), not per pod; leave Pids zero to accept the node's limit", driver.ErrNotSupported, spec.Pids)
+	case spec.ImageArchive != "":
+		return fmt.Errorf("%w: kube: an image archive cannot be loaded into the nodes through the API server; import it into the nodes' runtime or push it to a registry they pull from", driver.ErrNotSupported)
+	case len(spec.Mounts) > 0:
+		return fmt.Errorf("%w: kube: host mounts: a pod's hostPath is a directory of whichever node runs it, not of the caller; copy files in with CopyIn instead", driver.ErrNotSupported)
+	}
+	if _, err := pullPolicy(spec.Pull); err != nil {
+		return err
 	}
 	if err := checkLabels(spec.Labels); err != nil {
-		return nil, err
+		return err
 	}
 	if spec.Name != "" {
 		if errs := validation.IsDNS1123Subdomain(spec.Name); len(errs) > 0 {
-			return nil, fmt.Errorf("%w: kube: name %q is not a pod name: %s", driver.ErrInvalidConfig, spec.Name, strings.Join(errs, "; "))
+			return fmt.Errorf("%w: kube: name %q is not a pod name: %s", driver.ErrInvalidConfig, spec.Name, strings.Join(errs, "; "))
 		}
 	}
-	uid, gid, err := ids(spec.User)
-	if err != nil {
+	if _, _, err := ids(spec.User); err != nil {
+		return err
+	}
+	if _, err := network(spec.Network, o); err != nil {
+		return err
+	}
+	_, err := resources(spec)
+	return err
+}
+
+// pod returns the Pod for spec, once [Check] passed it. Its name is
+// spec.Name, else generated from "podvm-".
+func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
+	if err := Check(spec, o); err != nil {
 		return nil, err
 	}
-	hostNet, err := network(spec.Network, o)
-	if err != nil {
-		return nil, err
-	}
-	res, err := resources(spec)
-	if err != nil {
-		return nil, err
-	}
+	pull, _ := pullPolicy(spec.Pull)
+	uid, gid, _ := ids(spec.User)
+	hostNet, _ := network(spec.Network, o)
+	res, _ := resources(spec)
 	sc := &corev1.SecurityContext{
 		RunAsUser:                uid,
 		RunAsGroup:               gid,
@@ -114,7 +121,7 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 	main := corev1.Container{
 		Name:            Main,
 		Image:           spec.Image,
-		ImagePullPolicy: o.PullPolicy,
+		ImagePullPolicy: pull,
 		WorkingDir:      spec.Workdir,
 		Resources:       res,
 		SecurityContext: sc,
@@ -180,7 +187,7 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 	install := corev1.Container{
 		Name:            Install,
 		Image:           spec.Image,
-		ImagePullPolicy: o.PullPolicy,
+		ImagePullPolicy: pull,
 		Command:         []string{"tar", "-x", "-f", "-", "-C", "/"},
 		Stdin:           true,
 		StdinOnce:       true,
@@ -192,6 +199,19 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 	install.SecurityContext.ReadOnlyRootFilesystem = ptr(true)
 	p.Spec.InitContainers = []corev1.Container{install}
 	return p, nil
+}
+
+// pullPolicy maps a Spec's Pull to the containers' imagePullPolicy.
+func pullPolicy(pull string) (corev1.PullPolicy, error) {
+	switch pull {
+	case driver.PullMissing, "":
+		return corev1.PullIfNotPresent, nil
+	case driver.PullNever:
+		return corev1.PullNever, nil
+	case driver.PullAlways:
+		return corev1.PullAlways, nil
+	}
+	return "", fmt.Errorf("%w: kube: pull policy %q", driver.ErrInvalidConfig, pull)
 }
 
 // ids maps a User ("uid" or "uid:gid") to runAsUser and runAsGroup:

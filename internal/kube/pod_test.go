@@ -19,10 +19,10 @@ import (
 
 func baseSpec() driver.Spec {
 	return driver.Spec{Image: "localhost/busybox:1", Network: "pod", Labels: map[string]string{"io.podvm.managed": "true"},
-		Capabilities: []string{"CHOWN", "KILL"}, Agent: agent.Path}
+		Capabilities: []string{"CHOWN", "KILL"}, Agent: agent.Path, Pull: driver.PullNever}
 }
 
-var baseOpts = Options{Namespace: "ns", PullPolicy: corev1.PullNever, Lifetime: time.Hour}
+var baseOpts = Options{Namespace: "ns", Lifetime: time.Hour}
 
 // Every pod, whatever its config, is locked down the same way.
 func TestPodAlways(t *testing.T) {
@@ -158,6 +158,22 @@ func TestPodFields(t *testing.T) {
 		{name: "ReadOnlyRootfs off", check: func(t *testing.T, p *corev1.Pod) {
 			assert.False(t, *p.Spec.Containers[0].SecurityContext.ReadOnlyRootFilesystem)
 		}},
+		{name: "Pull missing", spec: func(s *driver.Spec) { s.Pull = driver.PullMissing }, check: func(t *testing.T, p *corev1.Pod) {
+			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+				assert.Equal(t, corev1.PullIfNotPresent, c.ImagePullPolicy)
+			}
+		}},
+		{name: "Pull always", spec: func(s *driver.Spec) { s.Pull = driver.PullAlways }, check: func(t *testing.T, p *corev1.Pod) {
+			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+				assert.Equal(t, corev1.PullAlways, c.ImagePullPolicy)
+			}
+		}},
+		{name: "Pull unknown", spec: func(s *driver.Spec) { s.Pull = "sometimes" }, err: driver.ErrInvalidConfig},
+		{name: "Pids set", spec: func(s *driver.Spec) { s.Pids = 64 }, err: driver.ErrNotSupported},
+		{name: "Pids none: the node's", spec: func(s *driver.Spec) { s.Pids = -1 }, check: func(t *testing.T, p *corev1.Pod) {
+			assert.NotContains(t, p.Spec.Containers[0].Resources.Limits, corev1.ResourcePods)
+		}},
+		{name: "ImageArchive", spec: func(s *driver.Spec) { s.ImageArchive = "/tmp/image.tar" }, err: driver.ErrNotSupported},
 		{name: "Mounts", spec: func(s *driver.Spec) { s.Mounts = []driver.Mount{{Source: "/src", Target: "/dst"}} }, err: driver.ErrNotSupported},
 		{name: "RuntimeClass", opts: func(o *Options) { o.RuntimeClass = "gvisor" }, check: func(t *testing.T, p *corev1.Pod) {
 			assert.Equal(t, "gvisor", *p.Spec.RuntimeClassName)

@@ -33,7 +33,7 @@ const execRemoveTimeout = 5 * time.Second
 // apiError maps an error of internal/libpod to the error it means,
 // wrapping both: [driver.ErrUnavailable] when no answer came (mid-stream
 // included), else what podmanMessages recognises in libpod's cause and
-// message, else [driver.ErrPodman]. A context's error gets no sentinel.
+// message, else [driver.ErrEngine]. A context's error gets no sentinel.
 func apiError(op, what string, err error) error {
 	var le *libpod.Error
 	switch {
@@ -88,12 +88,13 @@ func (a API) Fetch(ctx context.Context, image, archive string) error {
 
 // Create implements [driver.Driver.Create] with one create request, and a start.
 func (a API) Create(ctx context.Context, c driver.Spec) (string, error) {
-	id, err := a.create(ctx, c)
 	_, service := a.Local()
+	id, err := a.create(ctx, asked(service, c))
 	return id, forget(service, err) // asked again what it enforces, once back
 }
 
-// create is Create but for what the service is known to enforce.
+// create is Create but for what the service is known to enforce, of a
+// spec as [asked] returns it.
 func (a API) create(ctx context.Context, c driver.Spec) (string, error) {
 	env := make(map[string]string, len(c.Env))
 	for _, e := range c.Env {
@@ -217,7 +218,7 @@ func (a API) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	case err != nil:
 		return apiError("copy into", dir, err)
 	case !st.IsDir:
-		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", driver.ErrPodman, dir)
+		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", driver.ErrEngine, dir)
 	}
 	if err := a.c.ArchivePut(ctx, id, dir, r); err != nil {
 		return apiError("copy into", dir, err)

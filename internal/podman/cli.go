@@ -175,12 +175,13 @@ func (d CLI) Local() (bool, string) {
 // Create implements [driver.Driver.Create] with `podman run -d`, or `podman
 // create` for an agent.
 func (d CLI) Create(ctx context.Context, spec driver.Spec) (string, error) {
-	id, err := d.create(ctx, spec)
 	_, service := d.Local()
+	id, err := d.create(ctx, asked(service, spec))
 	return id, forget(service, err) // asked again what it enforces, once back
 }
 
-// create is Create but for what the service is known to enforce.
+// create is Create but for what the service is known to enforce, of a
+// spec as [asked] returns it.
 func (d CLI) create(ctx context.Context, spec driver.Spec) (string, error) {
 	res, err := d.run(ctx, "run", spec.Image, exec.Command{Args: CreateArgs(spec)})
 	if err != nil {
@@ -188,7 +189,7 @@ func (d CLI) create(ctx context.Context, spec driver.Spec) (string, error) {
 	}
 	id := strings.TrimSpace(res.Stdout)
 	if _, err := hex.DecodeString(id); err != nil || len(id) != 64 {
-		return "", fmt.Errorf("%w: podman run printed %q, not a container ID", driver.ErrPodman, res.Stdout)
+		return "", fmt.Errorf("%w: podman run printed %q, not a container ID", driver.ErrEngine, res.Stdout)
 	}
 	return id, nil
 }
@@ -201,12 +202,12 @@ func (d CLI) create(ctx context.Context, spec driver.Spec) (string, error) {
 // When podman's stream to the service broke (podman-remote, when the
 // command exits before reading all of its stdin), podman exits 125 with
 // its own lines last on stderr, in place of the command's status: that
-// is an error matching [driver.ErrPodman] ([LostStream]), never an exit status.
+// is an error matching [driver.ErrEngine] ([LostStream]), never an exit status.
 // The local podman loses output there without a word (conmon resets the
 // attach socket holding unread stdin; podman's reader stops at the reset,
 // libpod/oci_conmon_attach_common.go, redirectResponseToOutputStreams):
 // so a Stdin that podman was still sending when it exited (neither at
-// its end nor waited for) is an error matching [driver.ErrPodman] too.
+// its end nor waited for) is an error matching [driver.ErrEngine] too.
 func (d CLI) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
 	return execWatched(p, func(p driver.Process) (int, bool, error) { return d.exec(ctx, id, p) })
 }
@@ -240,7 +241,7 @@ func (d CLI) exec(ctx context.Context, id string, p driver.Process) (int, bool, 
 	}
 	if stdin.pending() {
 		return -1, true, fmt.Errorf("%w: %s: the command exited before reading all of its stdin, and podman may have lost its output with it: "+
-			"the end of the stream is reset, and what was still in it is dropped without a word", driver.ErrPodman, p.Argv[0])
+			"the end of the stream is reset, and what was still in it is dropped without a word", driver.ErrEngine, p.Argv[0])
 	}
 	// Another error is Stdin's or a writer's, which the caller reports.
 	return res.ExitCode, true, nil
@@ -274,7 +275,7 @@ func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	}
 	tmp, err := os.MkdirTemp("", "podvm-cp-")
 	if err != nil {
-		return fmt.Errorf("%w: copy into %s: a private TMPDIR for podman: %v", driver.ErrPodman, dir, err)
+		return fmt.Errorf("%w: copy into %s: a private TMPDIR for podman: %v", driver.ErrEngine, dir, err)
 	}
 	defer os.RemoveAll(tmp)
 	_, err = d.run(ctx, "cp", dir, exec.Command{Args: []string{"cp", "-", id + ":" + base}, Stdin: r, Env: []string{"TMPDIR=" + tmp}})
@@ -284,7 +285,7 @@ func (d CLI) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 // isDir checks that dir, a path podman cannot name as itself for a
 // copy in, is a directory: it reads the first entry of `podman cp
 // CTR:PATTERN -` and stops podman there. A missing dir matches
-// [fs.ErrNotExist], a file [driver.ErrPodman], as for the API.
+// [fs.ErrNotExist], a file [driver.ErrEngine], as for the API.
 func (d CLI) isDir(ctx context.Context, id, dir string) error {
 	if err := d.nameable(dir); err != nil {
 		return err
@@ -300,11 +301,11 @@ func (d CLI) isDir(ctx context.Context, id, dir string) error {
 	case h == nil && err != nil:
 		return err
 	case h == nil:
-		return fmt.Errorf("%w: copy into %s: podman cp gave no archive", driver.ErrPodman, dir)
+		return fmt.Errorf("%w: copy into %s: podman cp gave no archive", driver.ErrEngine, dir)
 	case strings.TrimSuffix(h.Name, "/") != path.Base(dir):
 		return fmt.Errorf("%w: copy into %s: podman cannot tell this path from %q (bytes that are not UTF-8)", driver.ErrNotSupported, dir, h.Name)
 	case h.Typeflag != tar.TypeDir:
-		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", driver.ErrPodman, dir)
+		return fmt.Errorf("%w: copy into %s: not a directory in the sandbox", driver.ErrEngine, dir)
 	}
 	return nil
 }
@@ -374,7 +375,7 @@ func (d CLI) List(ctx context.Context, label string) ([]driver.Container, error)
 	}
 	var found []driver.Container
 	if err := json.Unmarshal([]byte(res.Stdout), &found); err != nil {
-		return nil, fmt.Errorf("%w: podman ps: %v", driver.ErrPodman, err)
+		return nil, fmt.Errorf("%w: podman ps: %v", driver.ErrEngine, err)
 	}
 	return found, nil
 }

@@ -12,8 +12,9 @@ import (
 
 // This file is how a driver.Spec and a driver.Process become podman's argv.
 
-// CreateArgs is the argv of `podman run -d` for spec or, with an agent as
-// PID 1, of `podman create`. It is exported for package vm's fuzz test of
+// CreateArgs is the argv of `podman run -d` for spec (as [asked] returns
+// it: a zero Pids is no --pids-limit) or, with an agent as PID 1, of
+// `podman create`. It is exported for package vm's fuzz test of
 // what its config validation promises.
 func CreateArgs(c driver.Spec) []string {
 	a := []string{"run", "-d"}

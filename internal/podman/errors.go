@@ -49,9 +49,9 @@ var podmanMessages = []struct {
 	// podman --url ssh://: no SSH connection (a refused or dropped key
 	// exchange, failed authentication).
 	{regexp.MustCompile(`Cannot connect to Podman|unable to connect to Podman socket|failed to connect: ssh: `), driver.ErrUnavailable},
-	// Known, with no better sentinel than driver.ErrPodman: podman-remote could
+	// Known, with no better sentinel than driver.ErrEngine: podman-remote could
 	// not deliver a Stdin the command did not read, and lost its status.
-	{regexp.MustCompile(`unable to find user|Failed to write input to service`), driver.ErrPodman},
+	{regexp.MustCompile(`unable to find user|Failed to write input to service`), driver.ErrEngine},
 }
 
 // recognise returns the error of the first of podmanMessages found in
@@ -121,7 +121,7 @@ func LostStream(name string, code int, stderrTail string) error {
 	for _, l := range own {
 		if brokenStream.MatchString(l) {
 			return fmt.Errorf("%w: %s: podman lost the command's exit status and maybe its output: its stream to the service broke (%s)",
-				driver.ErrPodman, name, strings.TrimPrefix(l, "Error: "))
+				driver.ErrEngine, name, strings.TrimPrefix(l, "Error: "))
 		}
 	}
 	return nil
@@ -161,9 +161,9 @@ func (e *CLIError) Error() string {
 }
 
 // classify wraps native, Podman's failure of op on what (which may be
-// empty), with the sentinel msg is recognised as, driver.ErrPodman when none.
+// empty), with the sentinel msg is recognised as, driver.ErrEngine when none.
 func classify(op, what, msg string, native error) error {
-	return wrap(cmp.Or(recognise(msg), driver.ErrPodman), op, what, native)
+	return wrap(cmp.Or(recognise(msg), driver.ErrEngine), op, what, native)
 }
 
 // wrap wraps err, the failure of op on what (which may be empty), with

@@ -48,13 +48,13 @@ func TestAPIErrorMapping(t *testing.T) {
 		{"exec-create-not-running", "POST /containers/{id}/exec",
 			func(c *libpod.Client) error { _, err := c.ExecCreate(ctx, id, libpod.ExecConfig{}); return err }, driver.ErrContainerNotRunning},
 		{"exec-start-unknown-user", "POST /exec/{id}/start",
-			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, driver.ErrPodman},
+			func(c *libpod.Client) error { _, err := c.ExecStart(ctx, libpodtest.ExecID(1)); return err }, driver.ErrEngine},
 		{"exec-inspect-no-such-session", "GET /exec/{id}/json",
 			func(c *libpod.Client) error { _, err := c.ExecInspect(ctx, libpodtest.ExecID(1)); return err }, driver.ErrNoSuchContainer}, // sessions go with their container
 		{"archive-put-not-a-dir", "PUT /containers/{id}/archive",
-			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, driver.ErrPodman},
+			func(c *libpod.Client) error { return c.ArchivePut(ctx, id, "/etc/passwd", strings.NewReader("")) }, driver.ErrEngine},
 		{"exec-remove", "POST /exec/{id}/remove",
-			func(c *libpod.Client) error { return c.ExecRemove(ctx, libpodtest.ExecID(1), true) }, driver.ErrPodman},
+			func(c *libpod.Client) error { return c.ExecRemove(ctx, libpodtest.ExecID(1), true) }, driver.ErrEngine},
 		// Connection dropped mid-answer, mid-stream.
 		{"container-inspect", "GET /containers/{id}/json",
 			func(c *libpod.Client) error { _, err := c.ContainerInspect(ctx, id); return err }, driver.ErrUnavailable},
@@ -94,9 +94,9 @@ func TestAPIErrorMappingByMessage(t *testing.T) {
 		{&libpod.Error{Op: "o", Status: 404, Cause: "failed to find image x"}, driver.ErrImageNotFound},
 		{&libpod.Error{Op: "o", Status: 404, Cause: "no such image"}, driver.ErrImageNotFound},
 		{&libpod.Error{Op: "o", Status: 409, Cause: "image is in use by a container", Message: "image used by 14c8: image is in use by a container: consider listing external containers and force-removing image"}, driver.ErrImageInUse},
-		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, driver.ErrPodman},
+		{&libpod.Error{Op: "o", Status: 500, Message: "something else"}, driver.ErrEngine},
 		{&libpod.Error{Op: "o", Err: io.ErrUnexpectedEOF}, driver.ErrUnavailable},
-		{errors.New("not from libpod"), driver.ErrPodman},
+		{errors.New("not from libpod"), driver.ErrEngine},
 	} {
 		assert.ErrorIs(t, apiError("op", "", c.err), c.want, c.err.Error())
 		assert.ErrorIs(t, apiError("op", "", c.err), c.err)
@@ -106,7 +106,7 @@ func TestAPIErrorMappingByMessage(t *testing.T) {
 		err := apiError("op", "", &libpod.Error{Op: "o", Err: cerr})
 		assert.ErrorIs(t, err, cerr)
 		assert.NotErrorIs(t, err, driver.ErrUnavailable)
-		assert.NotErrorIs(t, err, driver.ErrPodman)
+		assert.NotErrorIs(t, err, driver.ErrEngine)
 	}
 }
 
@@ -152,17 +152,17 @@ func TestCLIErrorSamples(t *testing.T) {
 		"exec-not-executable":      exec.ErrPermission,
 		"exec-not-found":           exec.ErrNotFound,
 		"exec-not-running":         driver.ErrContainerNotRunning,
-		"exec-unknown-user":        driver.ErrPodman,
+		"exec-unknown-user":        driver.ErrEngine,
 		"exec-ssh-reset":           driver.ErrUnavailable, // sshd dropped the connection (MaxStartups), by hand
 		"rm-no-such-container":     driver.ErrNoSuchContainer,
 		"rm-stopped-meanwhile":     driver.ErrContainerNotRunning,
 		"run-image-not-known":      driver.ErrImageNotFound,
 		"run-name-in-use":          driver.ErrNameInUse,
-		"run-oci-error":            driver.ErrPodman,
+		"run-oci-error":            driver.ErrEngine,
 		"run-pull-dns":             driver.ErrImageNotFound,
 		"run-pull-unreachable":     driver.ErrImageNotFound,
 		"run-short-name":           driver.ErrImageNotFound,
-		"run-unknown-flag":         driver.ErrPodman,
+		"run-unknown-flag":         driver.ErrEngine,
 		"unreachable-socket":       driver.ErrUnavailable,
 		"unreachable-tcp":          driver.ErrUnavailable,
 	}
@@ -189,7 +189,7 @@ func TestCLIErrorSamples(t *testing.T) {
 			err := cliError(op, "thing", res)
 			assert.ErrorIs(t, err, w)
 			for _, other := range []error{driver.ErrNoSuchContainer, driver.ErrContainerNotRunning, driver.ErrImageNotFound, driver.ErrNameInUse,
-				driver.ErrUnavailable, driver.ErrPodman, driver.ErrImageInUse, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
+				driver.ErrUnavailable, driver.ErrEngine, driver.ErrImageInUse, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, fs.ErrNotExist} {
 				if other != w {
 					assert.NotErrorIs(t, err, other, "one sentinel per failure")
 				}
@@ -252,7 +252,7 @@ func TestLostStream(t *testing.T) {
 	} {
 		err := LostStream("sh", c.code, c.tail)
 		if c.lost {
-			assert.ErrorIs(t, err, driver.ErrPodman, "%d %q", c.code, c.tail)
+			assert.ErrorIs(t, err, driver.ErrEngine, "%d %q", c.code, c.tail)
 		} else {
 			assert.NoError(t, err, "%d %q", c.code, c.tail)
 		}

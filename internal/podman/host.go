@@ -25,9 +25,9 @@ type Host struct {
 // Podman enforces every limit with the container's cgroup. Rootless
 // Podman can use only the controllers delegated to the user (none on
 // cgroup v1) and ignores the other limits with a mere warning: there a
-// pids, memory or CPU limit is refused with an error matching
-// [driver.ErrNotSupported] that names the limit and why, and a Pids of -1 (no
-// limit) asks for nothing, which Podman would only warn about.
+// pids (the default of zero included), memory or CPU limit is refused
+// with an error matching [driver.ErrNotSupported] that names the limit
+// and why. A Pids of -1 (no limit) is always honoured: see [asked].
 //
 // Why not enforce the pids limit otherwise: RLIMIT_NPROC counts a user's
 // processes per user namespace, and rootless containers share one (with
@@ -35,22 +35,38 @@ type Host struct {
 // user; a namespace per sandbox (Podman's --userns=auto) deadlocks
 // Podman 4.3's storage under concurrent creates and removals
 // (podman#16062, seen here).
-func (h Host) Enforce(spec *driver.Spec) error {
-	if !h.Rootless {
-		return nil
-	}
-	can := func(controller string) bool { return slices.Contains(h.Controllers, controller) }
+func (h Host) Enforce(spec driver.Spec) error {
 	switch {
-	case spec.Pids > 0 && !can("pids"):
+	case spec.Pids >= 0 && !h.can("pids"):
 		return h.refuse("pids", "pids")
-	case spec.Memory > 0 && !can("memory"):
+	case spec.Memory > 0 && !h.can("memory"):
 		return h.refuse("memory", "memory")
-	case spec.CPUs > 0 && !can("cpu"):
+	case spec.CPUs > 0 && !h.can("cpu"):
 		return h.refuse("CPU", "cpu")
-	case spec.Pids < 0 && !can("pids"):
-		spec.Pids = 0
 	}
 	return nil
+}
+
+// can reports whether h's containers can use the cgroup controller.
+func (h Host) can(controller string) bool {
+	return !h.Rootless || slices.Contains(h.Controllers, controller)
+}
+
+// asked returns spec as this package's create calls take it, with its
+// pids limit resolved and 0 meaning no --pids-limit at all: zero is
+// [driver.DefaultPids], and -1 (no limit) asks for nothing on a service
+// known to enforce no pids limit (rootless without the controller), where
+// Podman would only warn about it.
+func asked(service string, spec driver.Spec) driver.Spec {
+	switch {
+	case spec.Pids == 0:
+		spec.Pids = driver.DefaultPids
+	case spec.Pids < 0:
+		if h, ok := hosts.Load(service); ok && !h.(Host).can("pids") {
+			spec.Pids = 0
+		}
+	}
+	return spec
 }
 
 // info asks the service what it enforces, with its GET /info.
@@ -70,7 +86,7 @@ func (d CLI) info(ctx context.Context) (Host, error) {
 	}
 	var info libpod.Info
 	if err := json.Unmarshal([]byte(res.Stdout), &info); err != nil {
-		return Host{}, fmt.Errorf("%w: podman info: %v", driver.ErrPodman, err)
+		return Host{}, fmt.Errorf("%w: podman info: %v", driver.ErrEngine, err)
 	}
 	return hostOf(info), nil
 }
@@ -90,7 +106,7 @@ var hosts sync.Map
 
 // limits implements [driver.Limiter.Limits] for a driver of service,
 // asking it with ask once per process.
-func limits(ctx context.Context, service string, ask func(context.Context) (Host, error), spec *driver.Spec) error {
+func limits(ctx context.Context, service string, ask func(context.Context) (Host, error), spec driver.Spec) error {
 	h, ok := hosts.Load(service)
 	if !ok {
 		host, err := ask(ctx)
@@ -112,13 +128,13 @@ func forget(service string, err error) error {
 }
 
 // Limits implements [driver.Limiter].
-func (a API) Limits(ctx context.Context, spec *driver.Spec) error {
+func (a API) Limits(ctx context.Context, spec driver.Spec) error {
 	_, service := a.Local()
 	return limits(ctx, service, a.info, spec)
 }
 
 // Limits implements [driver.Limiter].
-func (d CLI) Limits(ctx context.Context, spec *driver.Spec) error {
+func (d CLI) Limits(ctx context.Context, spec driver.Spec) error {
 	_, service := d.Local()
 	return limits(ctx, service, d.info, spec)
 }

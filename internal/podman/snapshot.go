@@ -123,7 +123,7 @@ func (d CLI) Commit(ctx context.Context, id, repo, tag string, changes []string)
 	}
 	img := strings.TrimSpace(res)
 	if _, err := hex.DecodeString(img); err != nil || len(img) != 64 {
-		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", driver.ErrPodman, res)
+		return "", fmt.Errorf("%w: podman commit printed %q, not an image ID", driver.ErrEngine, res)
 	}
 	return img, nil
 }
@@ -139,7 +139,7 @@ func (d CLI) ImageDetails(ctx context.Context, ref string) (driver.Image, error)
 	}
 	var out []libpod.InspectedImage
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || len(out) != 1 {
-		return driver.Image{}, fmt.Errorf("%w: podman image inspect %s: unexpected answer (%v)", driver.ErrPodman, ref, err)
+		return driver.Image{}, fmt.Errorf("%w: podman image inspect %s: unexpected answer (%v)", driver.ErrEngine, ref, err)
 	}
 	return out[0].Image(), nil
 }
@@ -154,7 +154,7 @@ func (d CLI) Images(ctx context.Context, label string) ([]driver.Image, error) {
 	}
 	var list []libpod.ListedImage
 	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil {
-		return nil, fmt.Errorf("%w: podman images: %v", driver.ErrPodman, err)
+		return nil, fmt.Errorf("%w: podman images: %v", driver.ErrEngine, err)
 	}
 	return libpod.Images(list), nil
 }

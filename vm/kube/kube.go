@@ -75,8 +75,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/podvm/podvm/internal/driver"
 	ikube "github.com/podvm/podvm/internal/kube"
 	"github.com/podvm/podvm/vm"
@@ -146,24 +144,14 @@ func newOptions(opts []Option) options {
 func init() { driver.Register(string(vm.BackendKube), opener(options{lifetime: DefaultLifetime})) }
 
 // New returns a VM for cfg, not yet created, as a Pod on the cluster the
-// options (or kubectl's defaults) name. It fails with an error matching
+// options (or kubectl's defaults) name: it is [vm.New] with the backend
+// [Backend] returns for the options. It fails with an error matching
 // [vm.ErrInvalidConfig] or [vm.ErrNotSupported] for a config the backend
 // cannot honour (see the package's documentation), before any request,
 // and with [vm.ErrUnavailable] when there is no cluster configuration.
 // It makes no request itself: an unreachable API server shows in Create.
 func New(ctx context.Context, cfg vm.Config, opts ...Option) (vm.VM, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	d, err := opener(newOptions(opts))(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	v, err := driver.NewSandbox(d, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return v.(vm.VM), nil
+	return vm.New(ctx, cfg, vm.WithBackend(Backend(opts...)))
 }
 
 var backends sync.Map // options → the name registered for them
@@ -188,18 +176,13 @@ func Backend(opts ...Option) vm.Backend {
 	return name
 }
 
-// opener is the driver.Opener of the options: it refuses a config the
-// options cannot honour, then connects.
+// opener is the driver.Opener of the options: it refuses a spec the
+// options cannot honour (ikube.Check), then connects.
 func opener(o options) driver.Opener {
-	return func(ctx context.Context, cfg any) (driver.Driver, error) {
+	return func(ctx context.Context, spec *driver.Spec) (driver.Driver, error) {
 		iopts := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse}
-		if cfg != nil {
-			c, ok := cfg.(vm.Config)
-			if !ok {
-				return nil, fmt.Errorf("%w: %T is not a vm.Config", vm.ErrInvalidConfig, cfg)
-			}
-			var err error
-			if iopts.PullPolicy, err = check(c, iopts); err != nil {
+		if spec != nil {
+			if err := ikube.Check(*spec, iopts); err != nil {
 				return nil, err
 			}
 		}
@@ -213,35 +196,6 @@ func opener(o options) driver.Opener {
 		iopts.Namespace = ns
 		return ikube.New(cl, iopts), nil
 	}
-}
-
-// check refuses what the backend cannot honour in c, and returns its
-// pull policy.
-func check(c vm.Config, o ikube.Options) (corev1.PullPolicy, error) {
-	switch {
-	case c.Pids > 0:
-		return "", fmt.Errorf("%w: kube: pids %d: Kubernetes limits processes per node (the kubelet's podPidsLimit), not per pod; leave Pids zero to accept the node's limit", vm.ErrNotSupported, c.Pids)
-	case c.ImageArchive != "":
-		return "", fmt.Errorf("%w: kube: an image archive cannot be loaded into the nodes through the API server; import it into the nodes' runtime or push it to a registry they pull from", vm.ErrNotSupported)
-	}
-	spec := driver.Spec{Name: c.Name, Image: c.Image, Labels: c.Labels, User: c.User, Network: c.Network,
-		Memory: c.Memory, CPUs: c.CPUs, ReadOnlyRootfs: c.ReadOnlyRootfs}
-	if spec.Network == "" {
-		spec.Network = vm.DefaultNetwork
-	}
-	for _, m := range c.Mounts {
-		spec.Mounts = append(spec.Mounts, driver.Mount(m))
-	}
-	if err := ikube.Check(spec, o); err != nil {
-		return "", err
-	}
-	switch c.Pull {
-	case vm.PullNever:
-		return corev1.PullNever, nil
-	case vm.PullAlways:
-		return corev1.PullAlways, nil
-	}
-	return corev1.PullIfNotPresent, nil
 }
 
 type clientKey struct{ kubeconfig, context string }
