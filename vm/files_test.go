@@ -111,11 +111,7 @@ func readTar(t *testing.T, data []byte) []string {
 	t.Helper()
 	entries, err := testkit.Untar(data)
 	require.NoError(t, err)
-	var got []string
-	for _, e := range entries {
-		got = append(got, fmt.Sprintf("%s %c %o %d %s%s", e.Name, e.Typeflag, e.Mode, e.Size, e.Linkname, e.Body))
-	}
-	return got
+	return testkit.Lines(entries)
 }
 
 func TestWriteFile(t *testing.T) {

@@ -3,7 +3,9 @@ package testkit
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +98,30 @@ func Names(entries []Entry) []string {
 		names = append(names, e.Name)
 	}
 	return names
+}
+
+// Paths returns the names of entries, in order, slash-separated, a
+// directory's with one trailing slash whether or not its header had one.
+func Paths(entries []Entry) []string {
+	var names []string
+	for _, e := range entries {
+		name := filepath.ToSlash(e.Name)
+		if e.Typeflag == tar.TypeDir {
+			name = strings.TrimSuffix(name, "/") + "/"
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// Lines describes entries, in order, one line each: "name type mode size
+// linkname|content", the type its tar type flag, the mode in octal.
+func Lines(entries []Entry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, fmt.Sprintf("%s %c %o %d %s%s", e.Name, e.Typeflag, e.Mode, e.Size, e.Linkname, e.Body))
+	}
+	return out
 }
 
 // Contents describes entries, in order, as "name=content": the name

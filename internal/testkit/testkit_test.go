@@ -93,6 +93,8 @@ func TestTarRoundTrip(t *testing.T) {
 	}
 	assert.True(t, got[0].ModTime.Equal(time.Unix(1700000000, 0)), "the constructors' mtime")
 	assert.Equal(t, []string{"d/", "d/f", "d/s", "d/h", "../raw", "nodash", "null"}, Names(got))
+	assert.Equal(t, []string{"d/", "d/f", "d/s", "d/h", "../raw", "nodash/", "null"}, Paths(got))
+	assert.Equal(t, []string{"d/ 5 750 0 ", "d/f 0 600 4 data", "d/s 2 644 0 f"}, Lines(got)[:3])
 	assert.Equal(t, []string{"d=<dir>", "d/f=data", "d/s=", "d/h=", "../raw=", "nodash=<dir>", "null="}, Contents(got))
 
 	empty, err := Untar(Tar(t))

@@ -1,13 +1,11 @@
 package vmtest
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"io/fs"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -212,13 +210,5 @@ func tarNames(t *testing.T, b []byte) []string {
 	if err != nil {
 		t.Fatalf("reading the archive: %v", err)
 	}
-	var names []string
-	for _, e := range entries {
-		name := filepath.ToSlash(e.Name)
-		if e.Typeflag == tar.TypeDir {
-			name = strings.TrimSuffix(name, "/") + "/"
-		}
-		names = append(names, name)
-	}
-	return names
+	return testkit.Paths(entries)
 }
