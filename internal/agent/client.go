@@ -301,6 +301,15 @@ func (c *Client) route(f wire.Frame) error {
 		r.stdinCredit += int64(m.N)
 		r.cond.Broadcast()
 		r.mu.Unlock()
+	case wire.Started:
+		m, err := wire.DecodeStarted(f.Payload)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.pid = int(m.PID)
+		r.mu.Unlock()
+		close(r.started)
 	case wire.Exit:
 		m, err := wire.DecodeExit(f.Payload)
 		if err != nil {
@@ -326,14 +335,19 @@ type clientRun struct {
 	done        bool // the run ended: stop sending stdin
 	stdinErr    error
 
-	out    [2]outStream
-	exited chan struct{} // closed when exit is set
-	exit   wire.ExitMsg
+	out     [2]outStream
+	ended   chan struct{} // closed by end
+	endOnce sync.Once
+	started chan struct{} // closed when the agent said Started (pid set)
+	pid     int
+	exited  chan struct{} // closed when exit is set
+	exit    wire.ExitMsg
 }
 
 // end marks the run over for its stdin copier and its streams (which
 // still deliver what they hold).
 func (r *clientRun) end() {
+	r.endOnce.Do(func() { close(r.ended) })
 	r.mu.Lock()
 	r.done = true
 	r.cond.Broadcast()
@@ -435,13 +449,67 @@ func (s *outStream) deliver() {
 // exited: the copying goroutine ends when its Read returns.
 func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
 	unknown := Exit{Code: -1}
-	if err := validate(req); err != nil {
+	r, err := c.begin(ctx, req, stdin, stdout, stderr)
+	if err != nil {
 		return unknown, err
+	}
+	select {
+	case <-r.exited:
+	case <-c.dead:
+	case <-ctx.Done():
+		_ = c.send(wire.Frame{Type: wire.Kill, ID: r.id})
+		return r.stopped(ctx.Err())
+	}
+	return r.wait(nil)
+}
+
+// stopped waits, [KillWait] at most, for the report of a run that was
+// sent a Kill because ctxErr, then up to [StopDrain] for its output to
+// reach the Writers, and returns how it ended, with ctxErr.
+func (r *clientRun) stopped(ctxErr error) (Exit, error) {
+	t := time.NewTimer(KillWait)
+	defer t.Stop()
+	select {
+	case <-r.exited:
+	case <-r.c.dead:
+	case <-t.C:
+		r.leave()
+		return Exit{Code: -1, Started: true}, errors.Join(ctxErr, fmt.Errorf("%w: no report %v after the kill", ErrNotKilled, KillWait))
+	}
+	return r.wait(ctxErr)
+}
+
+// wait returns how a run that ended, or whose channel did, ended, once
+// its output reached the Writers (after a Kill, ctxErr set, StopDrain at
+// most).
+func (r *clientRun) wait(ctxErr error) (Exit, error) {
+	select {
+	case <-r.exited:
+	default: // the channel failed
+		r.leave()
+		return Exit{Code: -1, Started: true}, errors.Join(ctxErr, r.c.err)
+	}
+	if ctxErr != nil && !r.delivered(StopDrain) {
+		r.leave()
+	}
+	<-r.out[0].done
+	<-r.out[1].done
+	ex, err := r.result(ctxErr)
+	ex.Started, ex.Reported = true, true
+	return ex, err
+}
+
+// begin sends req as a new run, its stdin (nil: empty) and output going
+// to and from the given streams, and returns the run, started on the
+// agent's side or about to be.
+func (c *Client) begin(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (*clientRun, error) {
+	if err := validate(req); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return unknown, err
+		return nil, err
 	}
-	r := &clientRun{c: c, exited: make(chan struct{})}
+	r := &clientRun{c: c, started: make(chan struct{}), exited: make(chan struct{}), ended: make(chan struct{})}
 	r.cond.L = &r.mu
 	r.stdinCredit = wire.Window
 	for i, w := range []io.Writer{stdout, stderr} {
@@ -453,7 +521,7 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 	select {
 	case <-c.dead:
 		c.mu.Unlock()
-		return unknown, c.err
+		return nil, c.err
 	default:
 	}
 	c.next++
@@ -467,46 +535,14 @@ func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, 
 		frames = append(frames, wire.Frame{Type: wire.Stdin, ID: r.id})
 	}
 	if err := c.send(frames...); err != nil {
-		return unknown, err
+		return nil, err
 	}
-	unknown.Started = true
 	go r.out[0].deliver()
 	go r.out[1].deliver()
 	if stdin != nil {
 		go r.copyStdin(stdin)
 	}
-
-	var ctxErr error
-	select {
-	case <-r.exited:
-	case <-c.dead:
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		_ = c.send(wire.Frame{Type: wire.Kill, ID: r.id})
-		t := time.NewTimer(KillWait)
-		defer t.Stop()
-		select {
-		case <-r.exited:
-		case <-c.dead:
-		case <-t.C:
-			r.leave()
-			return unknown, errors.Join(ctxErr, fmt.Errorf("%w: no report %v after the kill", ErrNotKilled, KillWait))
-		}
-	}
-	select {
-	case <-r.exited:
-	default: // the channel failed
-		r.leave()
-		return unknown, errors.Join(ctxErr, c.err)
-	}
-	if ctxErr != nil && !r.delivered(StopDrain) {
-		r.leave()
-	}
-	<-r.out[0].done
-	<-r.out[1].done
-	ex, err := r.result(ctxErr)
-	ex.Started, ex.Reported = true, true
-	return ex, err
+	return r, nil
 }
 
 // delivered waits, d at most, for the delivery goroutines to hand the

@@ -18,6 +18,8 @@
 //
 //	Hello    a→c  id 0   version, pid, uid, gid, GOARCH, Go release, working dir
 //	Start    c→a  id n   argv, env, dir, user: run n begins
+//	Started  a→c  id n   the command's pid: it runs (before any Exit of n)
+//	Signal   c→a  id n   a signal for the command's process group, while it lives
 //	Stdin    c→a  id n   bytes for the command; an empty payload is EOF
 //	Stdout   a→c  id n   bytes the command wrote
 //	Stderr   a→c  id n   bytes the command wrote
@@ -27,8 +29,10 @@
 //	Shutdown c→a  id 0   kill every run, then say Bye and exit
 //	Bye      a→c  id 0   whether every process is dead
 //
-// The client picks run ids; Stdout and Stderr of a run all come before its
-// Exit. A frame of an unknown type, or an Exit/data frame for a run the
+// The client picks run ids; Started, Stdout and Stderr of a run all come
+// before its Exit (a start failure has no Started). [Client.Run] waits
+// for the Exit; [Client.Start] returns at Started, with a [Proc] that
+// signals, kills and waits for the run. A frame of an unknown type, or an Exit/data frame for a run the
 // client does not know, is a protocol error that ends the channel.
 //
 // # Flow control

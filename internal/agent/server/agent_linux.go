@@ -255,6 +255,12 @@ func (s *session) dispatch(f wire.Frame) error {
 		r.addCredit(m.Stream, int64(m.N))
 	case wire.Kill:
 		r.kill()
+	case wire.Signal:
+		m, err := wire.DecodeSignal(f.Payload)
+		if err != nil {
+			return err
+		}
+		r.signal(m)
 	default:
 		return fmt.Errorf("%w: frame type %d", wire.ErrProtocol, f.Type)
 	}
@@ -376,9 +382,18 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 	go r.pumpOut(ours[2], wire.Stderr, wire.StreamStderr, &wg)
 	go r.pumpStdin(ours[0])
 
-	ex, ok := <-sh.exit
-	if !ok {
-		ex = wire.ExitMsg{Status: wire.Lost, Msg: "the run's shim died; the processes it left were killed"}
+	var ex wire.ExitMsg
+	ok := true
+	for ok {
+		var ev shimEvent
+		if ev, ok = <-sh.events; !ok {
+			ex = wire.ExitMsg{Status: wire.Lost, Msg: "the run's shim died; the processes it left were killed"}
+		} else if ev.exit != nil {
+			ex = *ev.exit
+			break
+		} else {
+			_ = r.s.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{PID: ev.pid}.Encode()})
+		}
 	}
 	r.mu.Lock()
 	r.exited = true
@@ -503,4 +518,14 @@ func (r *run) kill() {
 		_ = r.sh.send(wire.Frame{Type: wire.Kill})
 	}
 	r.mu.Unlock()
+}
+
+// signal passes m to the run's shim while the command may live; one that
+// comes before the shim has it, or after the run ended, is dropped.
+func (r *run) signal(m wire.SignalMsg) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sh != nil && !r.exited {
+		_ = r.sh.send(wire.Frame{Type: wire.Signal, Payload: m.Encode()})
+	}
 }

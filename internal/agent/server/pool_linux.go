@@ -31,11 +31,18 @@ const (
 
 // shim is the agent's handle on one shim process.
 type shim struct {
-	pid  int
-	conn *net.UnixConn
-	wmu  sync.Mutex
-	exit chan wire.ExitMsg // the current run's Exit; closed when the shim is gone
-	idle time.Time         // when it last went back to the pool
+	pid    int
+	conn   *net.UnixConn
+	wmu    sync.Mutex
+	events chan shimEvent // the current run's Started, then its Exit; closed when the shim is gone
+	idle   time.Time      // when it last went back to the pool
+}
+
+// shimEvent is what a shim says of its run: started (pid set) or ended
+// (exit set).
+type shimEvent struct {
+	pid  uint32
+	exit *wire.ExitMsg
 }
 
 func (s *shim) send(f wire.Frame, fds ...int) error {
@@ -233,7 +240,7 @@ func (p *pool) start() (*shim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shim socket: %w", err)
 	}
-	s := &shim{pid: pid, conn: c.(*net.UnixConn), exit: make(chan wire.ExitMsg, 1)}
+	s := &shim{pid: pid, conn: c.(*net.UnixConn), events: make(chan shimEvent, 1)}
 	if err := s.ready(); err != nil {
 		s.conn.Close() // the shim exits, if it has not
 		return nil, fmt.Errorf("starting a shim: %w", err)
@@ -266,23 +273,27 @@ func (s *shim) ready() error {
 	return nil
 }
 
-// read forwards the shim's Exit frames; it closes s.exit when the shim
-// is gone.
+// read forwards the shim's Started and Exit frames; it closes s.events
+// when the shim is gone.
 func (s *shim) read() {
-	defer close(s.exit)
+	defer close(s.events)
 	for {
 		f, fds, err := recvFrame(s.conn)
 		closeAll(fds)
 		if err != nil {
 			return
 		}
-		if f.Type != wire.Exit {
-			continue
+		switch f.Type {
+		case wire.Started:
+			if m, err := wire.DecodeStarted(f.Payload); err == nil {
+				s.events <- shimEvent{pid: m.PID}
+			}
+		case wire.Exit:
+			ex, err := wire.DecodeExit(f.Payload)
+			if err != nil {
+				ex = wire.ExitMsg{Status: wire.Lost, Msg: "bad exit frame from shim: " + err.Error()}
+			}
+			s.events <- shimEvent{exit: &ex}
 		}
-		ex, err := wire.DecodeExit(f.Payload)
-		if err != nil {
-			ex = wire.ExitMsg{Status: wire.Lost, Msg: "bad exit frame from shim: " + err.Error()}
-		}
-		s.exit <- ex
 	}
 }

@@ -27,10 +27,12 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // in flight. It is a child subreaper, so every process its run starts,
 // however it detaches, stays its descendant; it reaps them all itself.
 // It serves runs one after another: a Start frame (with the run's stdin,
-// stdout and stderr fds attached) starts the command; a Kill frame kills
-// the run's whole tree; when the command has exited it kills what is
-// left, reaps everything and answers with an Exit frame, then waits for
-// the next Start. It exits when the agent closes the socket. Its first
+// stdout and stderr fds attached) starts the command, and the shim says
+// Started with its pid; a Signal frame signals the command's process
+// group while the command lives; a Kill frame kills the run's whole
+// tree; when the command has exited it kills what is left, reaps
+// everything and answers with an Exit frame, then waits for the next
+// Start. It exits when the agent closes the socket. Its first
 // frame, a Hello with no payload, says it is ready: it has made every
 // thread it will need (see makeThreads), so that at the sandbox's pids
 // limit it is a shim that could not start, not a run lost later.
@@ -52,21 +54,23 @@ func shimMain() int {
 		return 1
 	}
 	var wmu sync.Mutex
-	send := func(ex wire.ExitMsg) error {
+	sendf := func(f wire.Frame) error {
 		wmu.Lock()
 		defer wmu.Unlock()
-		return sendFrame(conn, wire.Frame{Type: wire.Exit, Payload: ex.Encode()})
+		return sendFrame(conn, f)
 	}
+	send := func(ex wire.ExitMsg) error { return sendf(wire.Frame{Type: wire.Exit, Payload: ex.Encode()}) }
 	// The reader starts each command and handles Kill frames; the reaper
 	// waits for the run and answers. Neither hands a result to the
 	// other on the way back, which keeps the round trip short.
 	var killed atomic.Bool
+	var cmd atomic.Int64 // the command's pid (its group's) until it is reaped; 0 when none
 	pids := make(chan int)
 	reaperDone := make(chan struct{})
 	go func() {
 		defer close(reaperDone)
 		for pid := range pids {
-			ex := reapRun(pid)
+			ex := reapRun(pid, &cmd)
 			ex.Killed = killed.Load()
 			if send(ex) != nil {
 				return
@@ -87,10 +91,24 @@ func shimMain() int {
 		case wire.Start:
 			killed.Store(false)
 			pid, ex := startRun(f, fds)
-			if pid != 0 {
-				pids <- pid
-			} else if send(ex) != nil {
-				return 0
+			if pid == 0 {
+				if send(ex) != nil {
+					return 0
+				}
+				continue
+			}
+			cmd.Store(int64(pid))
+			// Before the reaper has the pid, so before the run's Exit.
+			if sendf(wire.Frame{Type: wire.Started, Payload: wire.StartedMsg{PID: uint32(pid)}.Encode()}) != nil {
+				killed.Store(true)
+				killTree(nil)
+			}
+			pids <- pid
+		case wire.Signal:
+			closeAll(fds)
+			m, err := wire.DecodeSignal(f.Payload)
+			if pid := cmd.Load(); err == nil && pid > 0 && m.Signo > 0 {
+				_ = unix.Kill(-int(pid), unix.Signal(m.Signo))
 			}
 		case wire.Kill:
 			closeAll(fds)
@@ -131,8 +149,9 @@ func startRun(f wire.Frame, fds []int) (int, wire.ExitMsg) {
 // reapRun reaps every process of the run until none is left: first the
 // command, then, having killed whatever it left behind, the rest. It
 // adds up the kernel's usage of every process it reaps (each one's
-// includes the descendants that process reaped itself).
-func reapRun(cmd int) wire.ExitMsg {
+// includes the descendants that process reaped itself). It clears live,
+// the command's pid for Signal frames, once the command is reaped.
+func reapRun(cmd int, live *atomic.Int64) wire.ExitMsg {
 	var ex wire.ExitMsg
 	var killErr error
 	cmdDone := false
@@ -141,6 +160,7 @@ func reapRun(cmd int) wire.ExitMsg {
 		ex.SystemCPU += ru.Stime.Nano()
 		ex.PeakRSS = max(ex.PeakRSS, ru.Maxrss*1024)
 		if pid == cmd {
+			live.Store(0)
 			cmdDone = true
 			switch {
 			case ws.Exited():

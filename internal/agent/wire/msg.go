@@ -56,6 +56,17 @@ type ByeMsg struct {
 	Msg string // otherwise, what is not
 }
 
+// StartedMsg says a run's command has started: its pid, in the
+// sandbox's pid namespace, which is also its process group's.
+type StartedMsg struct {
+	PID uint32
+}
+
+// SignalMsg asks for a signal to a run's process group.
+type SignalMsg struct {
+	Signo uint8
+}
+
 // CreditMsg grants N more bytes to a stream of a run.
 type CreditMsg struct {
 	Stream uint8
@@ -201,5 +212,25 @@ func (m CreditMsg) Encode() []byte { return enc(nil).u8(m.Stream).u32(m.N) }
 func DecodeCredit(p []byte) (CreditMsg, error) {
 	d := &dec{b: p}
 	m := CreditMsg{Stream: d.u8(), N: d.u32()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m StartedMsg) Encode() []byte { return enc(nil).u32(m.PID) }
+
+// DecodeStarted parses a Started payload.
+func DecodeStarted(p []byte) (StartedMsg, error) {
+	d := &dec{b: p}
+	m := StartedMsg{PID: d.u32()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m SignalMsg) Encode() []byte { return enc(nil).u8(m.Signo) }
+
+// DecodeSignal parses a Signal payload.
+func DecodeSignal(p []byte) (SignalMsg, error) {
+	d := &dec{b: p}
+	m := SignalMsg{Signo: d.u8()}
 	return m, d.done()
 }

@@ -12,8 +12,9 @@ import (
 
 // Version is the protocol version the agent announces in its Hello frame.
 // A client refuses an agent with another version. Version 2: frames of
-// 128 KiB in 1 MiB windows, and file operations (-fs).
-const Version = 2
+// 128 KiB in 1 MiB windows, and file operations (-fs). Version 3: Started
+// and Signal frames, for processes held by handle.
+const Version = 3
 
 // Type is a frame's type.
 type Type uint8
@@ -30,6 +31,8 @@ const (
 	Exit                     // agent→client: an ExitMsg, the run's last frame
 	Shutdown                 // client→agent, run id 0: kill every run, say Bye, exit
 	Bye                      // agent→client, run id 0: a ByeMsg, the agent's last frame
+	Started                  // agent→client (shim→agent): a StartedMsg, the command runs
+	Signal                   // client→agent (agent→shim): a SignalMsg for the run's process group
 )
 
 // The streams a Credit frame refers to.

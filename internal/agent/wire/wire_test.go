@@ -33,6 +33,8 @@ func TestMalformed(t *testing.T) {
 	}{
 		{"short exit", func() error { _, err := DecodeExit(good[:len(good)-1]); return err }},
 		{"trailing bytes", func() error { _, err := DecodeExit(append(good, 0)); return err }},
+		{"short started", func() error { _, err := DecodeStarted([]byte{0, 0, 1}); return err }},
+		{"long signal", func() error { _, err := DecodeSignal([]byte{15, 0}); return err }},
 		{"huge list", func() error { _, err := DecodeStart([]byte{0xff, 0xff, 0xff, 0xff}); return err }},
 		{"huge frame", func() error {
 			_, err := Read(bytes.NewReader([]byte{1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}))
@@ -71,4 +73,14 @@ func TestReadInto(t *testing.T) {
 	if err != nil || string(f.Payload) != "go" || &f.Payload[0] == &mine[0] {
 		t.Fatalf("start frame: %+v, %v; want a payload of its own", f, err)
 	}
+}
+
+func TestStartedSignalRoundTrip(t *testing.T) {
+	t.Parallel()
+	st, err := DecodeStarted(StartedMsg{PID: 1 << 22}.Encode())
+	require.NoError(t, err)
+	require.Equal(t, StartedMsg{PID: 1 << 22}, st)
+	sg, err := DecodeSignal(SignalMsg{Signo: 15}.Encode())
+	require.NoError(t, err)
+	require.Equal(t, SignalMsg{Signo: 15}, sg)
 }

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"syscall"
+
+	"github.com/podvm/podvm/internal/agent/wire"
+)
+
+// Proc is a run held by handle: started with [Client.Start], it lives
+// until its command exits, it is killed, or the channel ends. Its methods
+// are safe for concurrent use.
+type Proc struct {
+	r *clientRun
+}
+
+// Start is [Client.Run] that returns once the command has started, with
+// a handle on the run: the same request, streams and start failures. ctx
+// bounds the start alone: a run whose start ctx cut short is killed, and
+// Start returns ctx's error. The run's output goes to stdout and stderr
+// as it comes (a slow Writer holds its own stream back, as in Run).
+func (c *Client) Start(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (*Proc, error) {
+	r, err := c.begin(ctx, req, stdin, stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proc{r: r}
+	select {
+	case <-r.started:
+		return p, nil
+	case <-r.ended:
+		select {
+		case <-r.started: // it started, and ended already
+			return p, nil
+		default:
+		}
+		// A start failure (the agent's Exit says which), or the channel
+		// ended.
+		_, err := r.wait(nil)
+		if err == nil {
+			err = fmt.Errorf("%w: the run ended before it started", wire.ErrProtocol)
+		}
+		return nil, err
+	case <-ctx.Done():
+		_ = p.Kill()
+		_, err := r.stopped(ctx.Err())
+		return nil, err
+	}
+}
+
+// PID is the command's pid in the sandbox, which is also its process
+// group's.
+func (p *Proc) PID() int {
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	return p.r.pid
+}
+
+// Done is closed once the run has ended, or the channel did.
+func (p *Proc) Done() <-chan struct{} { return p.r.ended }
+
+// Signal sends sig to the command's process group: the command and what
+// it started, but for processes that left the group. It fails at once
+// once the channel has ended; a signal to a run that has ended is
+// dropped.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if sig <= 0 || sig > 64 {
+		return fmt.Errorf("agent: signal %d: want 1 to 64", int(sig))
+	}
+	m := wire.SignalMsg{Signo: uint8(sig)}
+	return p.r.c.send(wire.Frame{Type: wire.Signal, ID: p.r.id, Payload: m.Encode()})
+}
+
+// Kill kills every process of the run, as Run does when its context
+// ends; [Proc.Wait] then reports the run killed.
+func (p *Proc) Kill() error {
+	select {
+	case <-p.r.exited:
+		return nil
+	default:
+	}
+	return p.r.c.send(wire.Frame{Type: wire.Kill, ID: p.r.id})
+}
+
+// Wait waits for the run's end and returns it as [Client.Run] does, once
+// its output has been handed to its Writers. When ctx ends first, Wait
+// returns ctx's error and the run goes on: Wait may be called again. A
+// channel that ended fails it with [ErrChannelClosed] at once.
+func (p *Proc) Wait(ctx context.Context) (Exit, error) {
+	select {
+	case <-p.r.ended:
+	case <-ctx.Done():
+		return Exit{Code: -1, Started: true}, ctx.Err()
+	}
+	done := make(chan struct{})
+	go func() {
+		<-p.r.out[0].done
+		<-p.r.out[1].done
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Exit{Code: -1, Started: true}, ctx.Err()
+	}
+	return p.r.wait(nil)
+}
