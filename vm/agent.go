@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,16 +126,9 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
 	defer cancel()
 	start := time.Now()
-	dir := cmd.Dir
-	if dir == "" {
-		dir = s.cfg.Workdir
-	}
 	stdout := capture.NewStream(cmd.MaxOutput(), cmd.Stdout)
 	stderr := capture.NewStream(cmd.MaxOutput(), cmd.Stderr)
-	// The agent runs as the container's user (Config.User, else the
-	// image's), and so does every command: one uid for the whole run.
-	req := agent.Request{Argv: append([]string{cmd.Name}, cmd.Args...), Env: exec.MergeEnv(nil, cmd.Env), Dir: dir}
-	ex, err := c.Run(runCtx, req, cmd.Stdin, stdout, stderr)
+	ex, err := c.Run(runCtx, s.agentRequest(cmd), cmd.Stdin, stdout, stderr)
 	var usage *exec.Usage
 	if ex.Reported {
 		usage = &ex.Usage
@@ -145,17 +139,11 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 		return res, errors.Join(stop, agentError(cmd.Name, unwrapCtx(err)))
 	}
 	switch {
-	case errors.Is(err, exec.ErrNotFound), errors.Is(err, exec.ErrPermission), errors.Is(err, exec.ErrDirNotFound):
-		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
-	case errors.Is(err, agent.ErrUnknownUser):
-		return nil, fmt.Errorf("%w: %s: %w", ErrPodman, cmd.Name, err)
 	case errors.Is(err, agent.ErrChannelClosed) && ex.Started && stdout.Total()+stderr.Total() > 0:
 		// What arrived before the channel closed is kept.
 		return result(stdout, stderr, -1, start), s.channelClosed(ctx, cmd.Name, err)
-	case errors.Is(err, agent.ErrChannelClosed):
-		return nil, s.channelClosed(ctx, cmd.Name, err)
 	case ex.Code < 0:
-		return nil, agentError(cmd.Name, err)
+		return nil, s.agentStartError(ctx, cmd.Name, err)
 	}
 	res := result(stdout, stderr, ex.Code, start)
 	res.Usage = usage
@@ -163,6 +151,28 @@ func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Comman
 		return res, agentError(cmd.Name, err) // a failed stdin, or processes not killed
 	}
 	return res, streamErr(cmd.Name, nil, stdout, stderr)
+}
+
+// agentRequest is cmd as the agent takes it. The agent runs as the
+// container's user (Config.User, else the image's), and so does every
+// command: one uid for the whole run.
+func (s *sandbox) agentRequest(cmd exec.Command) agent.Request {
+	return agent.Request{Argv: append([]string{cmd.Name}, cmd.Args...), Env: exec.MergeEnv(nil, cmd.Env), Dir: cmp.Or(cmd.Dir, s.cfg.Workdir)}
+}
+
+// agentStartError maps the error of a run that never reported an exit
+// status: a start failure, a channel that closed, or a kill that never
+// was confirmed.
+func (s *sandbox) agentStartError(ctx context.Context, name string, err error) error {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, exec.ErrPermission), errors.Is(err, exec.ErrDirNotFound), errors.Is(err, exec.ErrInvalidCommand):
+		return fmt.Errorf("vm: %s: %w", name, err)
+	case errors.Is(err, agent.ErrUnknownUser):
+		return fmt.Errorf("%w: %s: %w", ErrPodman, name, err)
+	case errors.Is(err, agent.ErrChannelClosed):
+		return s.channelClosed(ctx, name, err)
+	}
+	return agentError(name, err)
 }
 
 // channelClosed says why the channel to the agent closed: the container

@@ -41,6 +41,8 @@ type sandbox struct {
 	created, made bool
 	chanDir       string      // the agent's channel directory, if one was made
 	spec          driver.Spec // cfg as the engine takes it, without the agent: built once
+
+	processes // the processes of Start
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -357,6 +359,9 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	st.removed = true
 	s.st.Store(&st)
 	defer s.d.Close() // nothing else will use what it keeps
+	// Every process of Start has ended, its handle answering at once,
+	// when Remove returns (the agent's end ends them).
+	defer s.endProcesses(agent.KillWait)
 	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.

@@ -50,14 +50,8 @@ func (s *sandbox) Run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 
 // run is Run but for a Remove during the run.
 func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, error) {
-	if err := cmd.Validate(); err != nil {
+	if err := checkRun(cmd); err != nil {
 		return nil, err
-	}
-	if cmd.MaxMemoryBytes != 0 || cmd.MaxPids != 0 || cmd.MaxCPUTime != 0 {
-		// The sandbox's own limits (Config.Memory, Config.Pids) bound
-		// every run; per-command limits are not carried into it.
-		return nil, fmt.Errorf("%w: vm: %s: per-command limits (MaxMemoryBytes, MaxPids, MaxCPUTime) are not enforced in a sandbox; use Config.Memory, Config.Pids",
-			exec.ErrUnsupported, cmd.Name)
 	}
 	st, err := s.container()
 	if err != nil {
@@ -119,6 +113,20 @@ func (s *sandbox) run(ctx context.Context, cmd exec.Command) (*exec.Result, erro
 		return res, errors.Join(stop, killErr)
 	}
 	return result(stdout, stderr, code, start), streamErr(cmd.Name, stdin.Err(), stdout, stderr)
+}
+
+// checkRun refuses a command no sandbox can run as it asks.
+func checkRun(cmd exec.Command) error {
+	if err := cmd.Validate(); err != nil {
+		return err
+	}
+	if cmd.MaxMemoryBytes != 0 || cmd.MaxPids != 0 || cmd.MaxCPUTime != 0 {
+		// The sandbox's own limits (Config.Memory, Config.Pids) bound
+		// every run; per-command limits are not carried into it.
+		return fmt.Errorf("%w: vm: %s: per-command limits (MaxMemoryBytes, MaxPids, MaxCPUTime) are not enforced in a sandbox; use Config.Memory, Config.Pids",
+			exec.ErrUnsupported, cmd.Name)
+	}
+	return nil
 }
 
 // streamErr is the first failure of a run's stdin or of its live

@@ -447,6 +447,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, nameCases()...)
 	cases = append(cases, escapeCases(h)...)
 	cases = append(cases, streamCases()...)
+	cases = append(cases, processCases()...)
 	return append(cases, hardeningCases(h)...)
 }
 

@@ -1,0 +1,290 @@
+package vm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/capture"
+)
+
+// This file is the processes a sandbox holds by handle: started, left
+// running, signalled, fed and read while they run, through podvm's agent.
+
+// ErrProcessDone is returned by [Process.Signal] and [Process.Kill] once
+// the process has ended, as [os.ErrProcessDone] is.
+var ErrProcessDone = errors.New("vm: process already finished")
+
+// ProcessStarter is implemented by a [VM] that can start processes and
+// hold them by handle: every sandbox with podvm's agent (not
+// [Config.PodmanExec]). [Start] and [Processes] call it.
+type ProcessStarter interface {
+	Start(ctx context.Context, cmd exec.Command) (*Process, error)
+	Processes() []*Process
+}
+
+// Start starts cmd in the sandbox and returns once it runs, with a handle
+// on it; the process goes on after Start returns, until it exits, its
+// cmd.Timeout kills it, [Process.Kill] does, or the sandbox is removed
+// or dies. Start fails as [VM.Run] does when the command cannot start
+// (errors matching [exec.ErrNotFound], [exec.ErrPermission],
+// [exec.ErrDirNotFound], [exec.ErrInvalidCommand], [ErrNotCreated],
+// [ErrRemoved]); ctx bounds the start alone. A VM that is not a
+// [ProcessStarter], or a sandbox on the Podman exec path, fails with
+// [ErrNotSupported].
+//
+// Its stdin is cmd.Stdin when set, else [Process.Stdin]'s writer. Its
+// output goes to cmd.Stdout and cmd.Stderr when set, as Run's does, and
+// to the process's [Output] buffers, each keeping the last
+// cmd.MaxOutput() bytes for readers.
+func Start(ctx context.Context, v VM, cmd exec.Command) (*Process, error) {
+	ps, ok := v.(ProcessStarter)
+	if !ok {
+		return nil, fmt.Errorf("%w: vm: %s: a %T holds no processes (it is not a vm.ProcessStarter)", ErrNotSupported, cmd.Name, v)
+	}
+	return ps.Start(ctx, cmd)
+}
+
+// Processes returns the processes of v started with [Start] that have not
+// ended, oldest first; none for a VM that is not a [ProcessStarter].
+func Processes(v VM) []*Process {
+	if ps, ok := v.(ProcessStarter); ok {
+		return ps.Processes()
+	}
+	return nil
+}
+
+// Process is a command started in a sandbox with [Start]. Its methods
+// are safe for concurrent use.
+type Process struct {
+	cmd    exec.Command
+	p      *agent.Proc
+	s      *sandbox
+	start  time.Time
+	stdin  *io.PipeWriter // nil when cmd.Stdin feeds it
+	stdinR *io.PipeReader
+	out    [2]*Output
+	capt   [2]*capture.Stream
+	timer  *time.Timer
+
+	timedOut atomic.Bool
+	done     chan struct{}
+	res      *exec.Result // set before done is closed
+	err      error
+}
+
+// Start implements [ProcessStarter]: see [Start].
+func (s *sandbox) Start(ctx context.Context, cmd exec.Command) (*Process, error) {
+	if err := checkRun(cmd); err != nil {
+		return nil, err
+	}
+	st, err := s.container()
+	if err != nil {
+		return nil, err
+	}
+	if st.agent == nil {
+		return nil, fmt.Errorf("%w: vm: %s: a process held by handle needs podvm's agent in the sandbox; with Config.PodmanExec each command is a Podman exec session, which podvm cannot hold, signal or read again", ErrNotSupported, cmd.Name)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
+	}
+	p := &Process{cmd: cmd, s: s, start: time.Now(), done: make(chan struct{})}
+	var w [2]io.Writer
+	for i, live := range []io.Writer{cmd.Stdout, cmd.Stderr} {
+		p.out[i] = newOutput(cmd.MaxOutput())
+		p.capt[i] = capture.NewStream(cmd.MaxOutput(), live)
+		w[i] = io.MultiWriter(outputWriter{p.out[i]}, p.capt[i])
+	}
+	stdin := cmd.Stdin
+	if stdin == nil {
+		p.stdinR, p.stdin = io.Pipe()
+		stdin = p.stdinR
+	}
+	ap, err := st.agent.Start(ctx, s.agentRequest(cmd), stdin, w[0], w[1])
+	if err != nil {
+		if p.stdin != nil {
+			p.stdinR.CloseWithError(ErrProcessDone)
+		}
+		return nil, s.agentStartError(ctx, cmd.Name, err)
+	}
+	p.p = ap
+	if cmd.Timeout > 0 {
+		p.timer = time.AfterFunc(cmd.Timeout, func() {
+			p.timedOut.Store(true)
+			_ = ap.Kill()
+		})
+	}
+	s.procMu.Lock()
+	if s.live == nil {
+		s.live = map[*Process]bool{}
+	}
+	s.live[p] = true
+	s.procMu.Unlock()
+	go p.wait()
+	return p, nil
+}
+
+// Processes implements [ProcessStarter]: see [Processes].
+func (s *sandbox) Processes() []*Process {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	list := make([]*Process, 0, len(s.live))
+	for p := range s.live {
+		list = append(list, p)
+	}
+	slices.SortFunc(list, func(a, b *Process) int { return cmp.Or(a.start.Compare(b.start), cmp.Compare(a.PID(), b.PID())) })
+	return list
+}
+
+// wait waits for the run's end and keeps its result.
+func (p *Process) wait() {
+	ex, err := p.p.Wait(context.Background())
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	if p.stdin != nil {
+		p.stdinR.CloseWithError(ErrProcessDone)
+	}
+	for _, o := range p.out {
+		o.close()
+	}
+	name := p.cmd.Name
+	res := result(p.capt[0], p.capt[1], ex.Code, p.start)
+	if ex.Reported {
+		res.Usage = &ex.Usage
+	}
+	switch {
+	case p.timedOut.Load() && ex.Killed:
+		res.TimedOut, res.ExitCode = true, -1
+		err = errors.Join(fmt.Errorf("vm: %s: timed out after %v: %w", name, p.cmd.Timeout, context.DeadlineExceeded), agentError(name, err))
+	case errors.Is(err, agent.ErrChannelClosed) && p.s.state().removed:
+		res.ExitCode = -1
+		err = fmt.Errorf("vm: %s: %w while it ran: %w", name, ErrRemoved, err)
+	case errors.Is(err, agent.ErrChannelClosed):
+		res.ExitCode = -1
+		err = p.s.channelClosed(context.Background(), name, err)
+	case err != nil:
+		err = agentError(name, err)
+	default:
+		err = streamErr(name, nil, p.capt[0], p.capt[1])
+	}
+	p.res, p.err = p.s.blameRemove(name, res, err)
+	p.s.procMu.Lock()
+	delete(p.s.live, p)
+	p.s.procMu.Unlock()
+	close(p.done)
+}
+
+// PID is the process's pid in the sandbox (also its process group's).
+func (p *Process) PID() int { return p.p.PID() }
+
+// Command is the command the process runs, as Start was given it.
+func (p *Process) Command() exec.Command { return p.cmd }
+
+// Done is closed once the process has ended and its result is ready.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to end and returns its result, as [VM.Run]
+// does: its exit status (a non-zero one is data), its output captured
+// within cmd.MaxOutput() (head and tail kept), its usage, TimedOut set
+// with an error matching [context.DeadlineExceeded] when cmd.Timeout
+// killed it. When the sandbox is removed or dies first, the result holds
+// what arrived and the error says why ([ErrRemoved], [ErrUnavailable]).
+// When ctx ends first, Wait returns ctx's error and leaves the process
+// running; it may be called again, and always returns the same.
+func (p *Process) Wait(ctx context.Context) (*exec.Result, error) {
+	select {
+	case <-p.done:
+		res := *p.res
+		return &res, p.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("vm: %s: waiting: %w", p.cmd.Name, ctx.Err())
+	}
+}
+
+// Signal sends sig to the process's group in the sandbox: the command and
+// whatever it started that stayed in its group. It fails with
+// [ErrProcessDone] once the process has ended, and at once, without
+// blocking, when the sandbox is gone.
+func (p *Process) Signal(sig syscall.Signal) error {
+	return p.control(func() error { return p.p.Signal(sig) })
+}
+
+// Kill kills the process and everything it started, however it
+// detached, as a Run's timeout does; Wait then reports an exit status of
+// 137 (128+SIGKILL).
+func (p *Process) Kill() error {
+	return p.control(p.p.Kill)
+}
+
+func (p *Process) control(f func() error) error {
+	select {
+	case <-p.p.Done():
+		return ErrProcessDone
+	default:
+	}
+	if err := f(); err != nil {
+		return agentError(p.cmd.Name, err)
+	}
+	return nil
+}
+
+// Stdin returns the writer of the process's stdin: each Write is carried
+// to the command as it comes (blocking while the command does not read),
+// and Close ends its stdin. Writes fail with [ErrProcessDone] once the
+// process has ended. When cmd.Stdin was set, it is the process's stdin and
+// the writer refuses every write.
+func (p *Process) Stdin() io.WriteCloser { return stdinWriter{p} }
+
+type stdinWriter struct{ p *Process }
+
+func (w stdinWriter) Write(b []byte) (int, error) {
+	if w.p.stdin == nil {
+		return 0, fmt.Errorf("vm: %s: stdin is Command.Stdin: %w", w.p.cmd.Name, io.ErrClosedPipe)
+	}
+	return w.p.stdin.Write(b)
+}
+
+func (w stdinWriter) Close() error {
+	if w.p.stdin == nil {
+		return nil
+	}
+	return w.p.stdin.Close()
+}
+
+// Stdout is the process's standard output, as it comes.
+func (p *Process) Stdout() *Output { return p.out[0] }
+
+// Stderr is the process's standard error, as it comes.
+func (p *Process) Stderr() *Output { return p.out[1] }
+
+// endProcesses waits, up to d, for every process of s to have ended
+// (Remove ends them): a handle's Wait then answers at once.
+func (s *sandbox) endProcesses(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, p := range s.Processes() {
+		select {
+		case <-p.done:
+		case <-t.C:
+			return
+		}
+	}
+}
+
+var _ ProcessStarter = (*sandbox)(nil)
+
+// processes are a sandbox's processes of Start that have not ended.
+type processes struct {
+	procMu sync.Mutex
+	live   map[*Process]bool
+}

@@ -1,0 +1,239 @@
+package vmtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+)
+
+// processCases check the processes a sandbox holds by handle ([vm.Start]):
+// on a path without podvm's agent Start fails with vm.ErrNotSupported and
+// the cases skip.
+func processCases() []testCase {
+	return []testCase{
+		{Name: "process/held", Promise: "a started process runs on: its pid is known, its stdin is fed a piece at a time, its output read as it comes and again from the start, and Wait returns what Run would",
+			Test: processHeld},
+		{Name: "process/signal", Promise: "a signal reaches the process; once it has ended, Signal and Kill say so",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				p := start(ctx, t, v, sh(`trap 'echo term; exit 3' TERM; echo ready; while :; do sleep 0.05; done`))
+				waitFor(t, p.Stdout(), "ready\n")
+				if err := p.Signal(syscall.SIGTERM); err != nil {
+					t.Fatalf("Signal: %v", err)
+				}
+				res, err := p.Wait(ctx)
+				want(t, res, err, "ready\nterm\n", "", 3)
+				if err := p.Signal(syscall.SIGTERM); !errors.Is(err, vm.ErrProcessDone) {
+					t.Errorf("Signal after the end: %v; want ErrProcessDone", err)
+				}
+				if err := p.Kill(); !errors.Is(err, vm.ErrProcessDone) {
+					t.Errorf("Kill after the end: %v; want ErrProcessDone", err)
+				}
+				return []observation{observe("signal", res, err)}
+			}},
+		{Name: "process/kill", Promise: "Kill ends the process and everything it started, however it detached",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				marker := strconv.FormatInt(time.Now().UnixNano()%1e9+1e9, 10)
+				p := start(ctx, t, v, sh(`setsid sh -c 'sleep $1; :' escapee "$1" & echo ready; exec sleep $1`, marker))
+				waitFor(t, p.Stdout(), "ready\n")
+				if err := p.Kill(); err != nil {
+					t.Fatalf("Kill: %v", err)
+				}
+				res, err := p.Wait(ctx)
+				if err != nil || res.ExitCode != 137 {
+					t.Fatalf("Wait after Kill: %+v, %v; want exit 137", res, err)
+				}
+				if ps := sandboxPS(ctx, t, v); strings.Contains(ps, marker) {
+					t.Errorf("a process of the killed one survives:\n%s", ps)
+				}
+				return []observation{observe("kill", res, err)}
+			}},
+		{Name: "process/timeout", Promise: "a process's Timeout kills it: Wait reports TimedOut and DeadlineExceeded",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				cmd := sh(`echo started; exec sleep 3041`)
+				cmd.Timeout = 300 * time.Millisecond
+				began := time.Now()
+				p := start(ctx, t, v, cmd)
+				res, err := p.Wait(ctx)
+				if !errors.Is(err, context.DeadlineExceeded) || res == nil || !res.TimedOut || res.Stdout != "started\n" {
+					t.Fatalf("Wait: %+v, %v; want a timed-out result holding the output", res, err)
+				}
+				if d := time.Since(began); d > cmd.Timeout+Grace {
+					t.Errorf("Wait returned after %v; want within %v + %v", d, cmd.Timeout, Grace)
+				}
+				return []observation{observe("timeout", res, err)}
+			}},
+		{Name: "process/start-failures", Promise: "Start fails as Run does when the command cannot start",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				var obs []observation
+				for _, c := range []struct {
+					label string
+					cmd   exec.Command
+					want  error
+				}{
+					{"not found", exec.Command{Name: "no-such-command-podvm"}, exec.ErrNotFound},
+					{"no dir", exec.Command{Name: "true", Dir: "/no/such/dir"}, exec.ErrDirNotFound},
+					{"invalid", exec.Command{Name: ""}, exec.ErrInvalidCommand},
+				} {
+					p, err := vm.Start(ctx, v, c.cmd)
+					skipIfNotSupported(t, err)
+					if p != nil || !errors.Is(err, c.want) {
+						t.Errorf("%s: Start: %v, %v; want no process and %v", c.label, p, err, c.want)
+					}
+					obs = append(obs, observe(c.label, nil, err))
+				}
+				return obs
+			}},
+		{Name: "process/replay", Promise: "output past the buffer is dropped from its head and counted, never silently",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				cmd := sh(`i=0; while [ $i -lt 1000 ]; do printf '%04d\n' $i; i=$((i+1)); done`)
+				cmd.MaxOutputBytes = 1000 // 200 lines of the 1,000
+				p := start(ctx, t, v, cmd)
+				res, err := p.Wait(ctx)
+				if err != nil || res.StdoutBytes != 5000 {
+					t.Fatalf("Wait: %+v, %v; want 5000 bytes of output", res, err)
+				}
+				r := p.Stdout().Reader(0)
+				got, err := io.ReadAll(r)
+				if err != nil {
+					t.Fatalf("reading the output: %v", err)
+				}
+				if r.Skipped() != 4000 || !strings.HasPrefix(string(got), "0800\n") || len(got) != 1000 {
+					t.Errorf("a late reader got %d bytes from %q, skipped %d; want the last 1000 bytes from 0800, 4000 skipped", len(got), clip(string(got)), r.Skipped())
+				}
+				return []observation{observe("replay", res, err)}
+			}},
+		{Name: "process/outlives-start", Promise: "a process outlives the context of its Start and of a Wait that gave up; Processes lists it while it runs",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				sctx, cancel := context.WithCancel(ctx)
+				p := start(sctx, t, v, exec.Command{Name: "cat"})
+				cancel()
+				wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				_, err := p.Wait(wctx)
+				wcancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Wait with a short deadline: %v; want DeadlineExceeded, the process running on", err)
+				}
+				if list := vm.Processes(v); len(list) != 1 || list[0] != p {
+					t.Errorf("Processes: %v; want the one started", list)
+				}
+				if _, err := io.WriteString(p.Stdin(), "still here\n"); err != nil {
+					t.Fatalf("writing its stdin: %v", err)
+				}
+				p.Stdin().Close()
+				res, err := p.Wait(ctx)
+				want(t, res, err, "still here\n", "", 0)
+				if list := vm.Processes(v); len(list) != 0 {
+					t.Errorf("Processes after its end: %v; want none", list)
+				}
+				if _, err := p.Stdin().Write([]byte("late")); !errors.Is(err, vm.ErrProcessDone) {
+					t.Errorf("a write after the end: %v; want ErrProcessDone", err)
+				}
+				return []observation{observe("outlives", res, err)}
+			}},
+		{Name: "process/removed", Promise: "Remove ends every process; its handle then answers at once",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				p := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3051"}})
+				if err := v.Remove(ctx); err != nil {
+					t.Fatalf("Remove: %v", err)
+				}
+				select {
+				case <-p.Done():
+				default:
+					t.Fatal("Remove returned with the process still held")
+				}
+				res, err := p.Wait(ctx)
+				if !errors.Is(err, vm.ErrRemoved) {
+					t.Errorf("Wait after Remove: %+v, %v; want ErrRemoved", res, err)
+				}
+				if err := p.Signal(syscall.SIGTERM); !errors.Is(err, vm.ErrProcessDone) {
+					t.Errorf("Signal after Remove: %v; want ErrProcessDone", err)
+				}
+				_, err = vm.Start(ctx, v, exec.Command{Name: "true"})
+				if !errors.Is(err, vm.ErrRemoved) {
+					t.Errorf("Start after Remove: %v; want ErrRemoved", err)
+				}
+				return []observation{observe("removed", nil, err)}
+			}},
+	}
+}
+
+// processHeld is the process/held case.
+func processHeld(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	p := start(ctx, t, v, sh(`echo "pid $$"; while read -r l; do echo "got $l"; echo "err $l" >&2; done; exit 7`))
+	if p.PID() <= 1 {
+		t.Errorf("PID %d; want the command's pid in the sandbox", p.PID())
+	}
+	waitFor(t, p.Stdout(), "pid "+strconv.Itoa(p.PID())+"\n")
+	live := p.Stdout().Reader(0)
+	defer live.Close()
+	buf := make([]byte, 64)
+	n, _ := live.Read(buf) // the pid line
+	if !strings.HasPrefix(string(buf[:n]), "pid ") {
+		t.Fatalf("first read %q; want the pid line", buf[:n])
+	}
+	for _, l := range []string{"one", "two"} {
+		if _, err := io.WriteString(p.Stdin(), l+"\n"); err != nil {
+			t.Fatalf("writing %q: %v", l, err)
+		}
+		n, err := io.ReadAtLeast(live, buf, len("got "+l+"\n"))
+		if err != nil || string(buf[:n]) != "got "+l+"\n" {
+			t.Fatalf("read %q, %v; want the echo of %q", buf[:n], err, l)
+		}
+	}
+	select {
+	case <-p.Done():
+		t.Fatal("the process ended with its stdin open")
+	default:
+	}
+	if err := p.Stdin().Close(); err != nil {
+		t.Fatalf("closing stdin: %v", err)
+	}
+	res, err := p.Wait(ctx)
+	want(t, res, err, "pid "+strconv.Itoa(p.PID())+"\ngot one\ngot two\n", "err one\nerr two\n", 7)
+	if n, err := live.Read(buf); n != 0 || err != io.EOF {
+		t.Errorf("the live reader at the end: %d, %v; want EOF", n, err)
+	}
+	again, err := io.ReadAll(p.Stderr().Reader(0))
+	if err != nil || string(again) != "err one\nerr two\n" {
+		t.Errorf("stderr read again from 0: %q, %v", again, err)
+	}
+	res.Stdout = strings.Replace(res.Stdout, strconv.Itoa(p.PID()), "PID", 1) // differs between backends
+	return []observation{observe("held", res, err)}
+}
+
+// start starts cmd in v, skipping the case where processes are not
+// supported, failing it on any other error.
+func start(ctx context.Context, t *testing.T, v vm.VM, cmd exec.Command) *vm.Process {
+	t.Helper()
+	p, err := vm.Start(ctx, v, cmd)
+	skipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatalf("Start %s: %v", cmd.Name, err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	return p
+}
+
+// waitFor waits, 30 s at most, for o to hold want from its start.
+func waitFor(t *testing.T, o *vm.Output, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, b := o.Bytes()
+		if string(b) == want {
+			return
+		}
+		if time.Now().After(deadline) || len(b) > len(want) {
+			t.Fatalf("output %q; want %q", b, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
