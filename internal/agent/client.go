@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/podvm/podvm/exec"
@@ -449,7 +450,10 @@ func (s *outStream) deliver() {
 // exited: the copying goroutine ends when its Read returns.
 func (c *Client) Run(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
 	unknown := Exit{Code: -1}
-	r, err := c.begin(ctx, req, stdin, stdout, stderr)
+	if err := validate(req); err != nil {
+		return unknown, err
+	}
+	r, err := c.begin(ctx, startFrame(req), stdin, stdout, stderr)
 	if err != nil {
 		return unknown, err
 	}
@@ -499,13 +503,16 @@ func (r *clientRun) wait(ctxErr error) (Exit, error) {
 	return ex, err
 }
 
-// begin sends req as a new run, its stdin (nil: empty) and output going
-// to and from the given streams, and returns the run, started on the
-// agent's side or about to be.
-func (c *Client) begin(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (*clientRun, error) {
-	if err := validate(req); err != nil {
-		return nil, err
-	}
+// startFrame is the Start frame of req, its run id to be set.
+func startFrame(req Request) wire.Frame {
+	m := wire.StartMsg{Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User}
+	return wire.Frame{Type: wire.Start, Payload: m.Encode()}
+}
+
+// begin sends first (a Start or a Dial) as a new run, its stdin (nil:
+// empty) and output going to and from the given streams, and returns the
+// run, started on the agent's side or about to be.
+func (c *Client) begin(ctx context.Context, first wire.Frame, stdin io.Reader, stdout, stderr io.Writer) (*clientRun, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -529,8 +536,8 @@ func (c *Client) begin(ctx context.Context, req Request, stdin io.Reader, stdout
 	c.runs[r.id] = r
 	c.mu.Unlock()
 
-	start := wire.StartMsg{Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User}
-	frames := []wire.Frame{{Type: wire.Start, ID: r.id, Payload: start.Encode()}}
+	first.ID = r.id
+	frames := []wire.Frame{first}
 	if stdin == nil { // EOF at once, in the same write
 		frames = append(frames, wire.Frame{Type: wire.Stdin, ID: r.id})
 	}
@@ -597,6 +604,11 @@ func (r *clientRun) result(ctxErr error) (Exit, error) {
 		err = fmt.Errorf("%w: %s", ErrUnknownUser, m.Msg)
 	case wire.Lost:
 		err = fmt.Errorf("%w: %s", ErrLost, m.Msg)
+	case wire.DialFailed:
+		err = fmt.Errorf("agent: %s", m.Msg)
+		if m.Code > 0 {
+			err = fmt.Errorf("agent: %s: %w", m.Msg, syscall.Errno(m.Code))
+		}
 	default:
 		err = fmt.Errorf("agent: cannot start the command: %s", m.Msg)
 	}

@@ -20,6 +20,8 @@
 //	Start    c→a  id n   argv, env, dir, user: run n begins
 //	Started  a→c  id n   the command's pid: it runs (before any Exit of n)
 //	Signal   c→a  id n   a signal for the command's process group, while it lives
+//	Dial     c→a  id n   network, address, wait: run n is a connection the agent makes
+
 //	Stdin    c→a  id n   bytes for the command; an empty payload is EOF
 //	Stdout   a→c  id n   bytes the command wrote
 //	Stderr   a→c  id n   bytes the command wrote
@@ -47,6 +49,19 @@
 // writes to the caller's Writer. A slow Writer stalls its own stream and
 // nothing else; the agent stops reading that pipe, and the command blocks
 // in write as it would on a pipe.
+//
+// # Connections
+//
+// A Dial is a run whose "command" is a connection the agent makes in the
+// sandbox's network namespace (TCP or a unix socket, whatever the
+// sandbox's Network: loopback is always there): Started once it is made,
+// Stdin frames written to it, Stdout frames read from it, in the same
+// windows, and Exit when the sandbox's side closes it or a Kill closes
+// it; a failed connect is an Exit of status DialFailed with the errno.
+// With wait set the agent tries again every 10 ms while nothing listens.
+// So a service in a sandbox with no network is reached from the caller's
+// process, on a remote service or a cluster alike, by whoever holds the
+// channel and nobody else.
 //
 // # Who runs what
 //

@@ -22,31 +22,41 @@ type Proc struct {
 // Start returns ctx's error. The run's output goes to stdout and stderr
 // as it comes (a slow Writer holds its own stream back, as in Run).
 func (c *Client) Start(ctx context.Context, req Request, stdin io.Reader, stdout, stderr io.Writer) (*Proc, error) {
-	r, err := c.begin(ctx, req, stdin, stdout, stderr)
+	if err := validate(req); err != nil {
+		return nil, err
+	}
+	r, err := c.begin(ctx, startFrame(req), stdin, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}
-	p := &Proc{r: r}
+	if err := r.waitStarted(ctx); err != nil {
+		return nil, err
+	}
+	return &Proc{r: r}, nil
+}
+
+// waitStarted waits for the run's Started and returns nil, or how it
+// ended before: a start failure (the agent's Exit says which), the
+// channel's end, or ctx's, after which the run is killed.
+func (r *clientRun) waitStarted(ctx context.Context) error {
 	select {
 	case <-r.started:
-		return p, nil
+		return nil
 	case <-r.ended:
 		select {
 		case <-r.started: // it started, and ended already
-			return p, nil
+			return nil
 		default:
 		}
-		// A start failure (the agent's Exit says which), or the channel
-		// ended.
 		_, err := r.wait(nil)
 		if err == nil {
 			err = fmt.Errorf("%w: the run ended before it started", wire.ErrProtocol)
 		}
-		return nil, err
+		return err
 	case <-ctx.Done():
-		_ = p.Kill()
+		_ = r.c.send(wire.Frame{Type: wire.Kill, ID: r.id})
 		_, err := r.stopped(ctx.Err())
-		return nil, err
+		return err
 	}
 }
 

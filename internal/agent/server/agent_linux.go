@@ -2,6 +2,8 @@ package server
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -221,15 +224,26 @@ func (s *session) dispatch(f wire.Frame) error {
 	}
 	s.mu.Lock()
 	r := s.runs[f.ID]
-	if f.Type == wire.Start {
+	if f.Type == wire.Start || f.Type == wire.Dial {
 		if r != nil {
 			s.mu.Unlock()
 			return fmt.Errorf("%w: run %d started twice", wire.ErrProtocol, f.ID)
 		}
-		m, err := wire.DecodeStart(f.Payload)
-		if err != nil {
-			s.mu.Unlock()
-			return err
+		var serve func(*run)
+		if f.Type == wire.Start {
+			m, err := wire.DecodeStart(f.Payload)
+			if err != nil {
+				s.mu.Unlock()
+				return err
+			}
+			serve = func(r *run) { r.serve(r.exec(m)) }
+		} else {
+			m, err := wire.DecodeDial(f.Payload)
+			if err != nil {
+				s.mu.Unlock()
+				return err
+			}
+			serve = func(r *run) { r.serve(r.connect(m)) }
 		}
 		r = &run{s: s, id: f.ID}
 		r.cond.L = &r.mu
@@ -237,7 +251,7 @@ func (s *session) dispatch(f wire.Frame) error {
 		s.runs[f.ID] = r
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go r.run(m)
+		go serve(r)
 		return nil
 	}
 	s.mu.Unlock()
@@ -298,11 +312,13 @@ type run struct {
 	exited   bool // every process of the run is dead
 	killed   bool
 	sh       *shim
+	conn     net.Conn           // a Dial's connection, once made
+	stopDial context.CancelFunc // ends a Dial's connect
 }
 
-func (r *run) run(m wire.StartMsg) {
+// serve ends a run that ended as ex: it says so to the client.
+func (r *run) serve(ex wire.ExitMsg) {
 	defer r.s.wg.Done()
-	ex := r.exec(m)
 	if ex.Status == wire.Exited && ex.Msg != "" {
 		r.s.mu.Lock()
 		if r.s.bad == "" {
@@ -417,9 +433,16 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 	return ex
 }
 
+// deadlineReader is what pumpOut reads: an output pipe, or a Dial's
+// connection.
+type deadlineReader interface {
+	io.ReadCloser
+	SetReadDeadline(time.Time) error
+}
+
 // pumpOut forwards one output pipe to the client within the stream's
 // credit, until EOF; after a kill it discards instead.
-func (r *run) pumpOut(f *os.File, typ wire.Type, stream uint8, wg *sync.WaitGroup) {
+func (r *run) pumpOut(f deadlineReader, typ wire.Type, stream uint8, wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer f.Close()
 	buf := make([]byte, wire.ChunkSize)
@@ -457,7 +480,7 @@ func (r *run) pumpOut(f *os.File, typ wire.Type, stream uint8, wg *sync.WaitGrou
 
 // pumpStdin writes the client's stdin to the command, granting credit
 // back as it goes; a command that stopped reading makes it discard.
-func (r *run) pumpStdin(f *os.File) {
+func (r *run) pumpStdin(f io.WriteCloser) {
 	defer f.Close()
 	broken := false
 	taken := 0
@@ -512,6 +535,12 @@ func (r *run) kill() {
 	}
 	r.killed = true
 	r.cond.Broadcast()
+	if r.stopDial != nil {
+		r.stopDial()
+	}
+	if r.conn != nil {
+		r.conn.Close()
+	}
 	// Sent under the lock: once exec has taken the shim back (sh nil) it
 	// may serve another run, which a late Kill must not reach.
 	if r.sh != nil {
@@ -528,4 +557,85 @@ func (r *run) signal(m wire.SignalMsg) {
 	if r.sh != nil && !r.exited {
 		_ = r.sh.send(wire.Frame{Type: wire.Signal, Payload: m.Encode()})
 	}
+}
+
+// dialTimeout bounds one connection attempt of a Dial.
+const dialTimeout = 10 * time.Second
+
+// connect serves a Dial: it connects, in the sandbox's network, says
+// Started, and carries the connection as the run's stdin and stdout until
+// the sandbox's side closes it or the client kills the run.
+func (r *run) connect(m wire.DialMsg) wire.ExitMsg {
+	switch m.Network {
+	case "tcp", "tcp4", "tcp6", "unix":
+	default:
+		return wire.ExitMsg{Status: wire.DialFailed, Code: -1, Msg: fmt.Sprintf("network %q: want tcp, tcp4, tcp6 or unix", m.Network)}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.mu.Lock()
+	r.stopDial = cancel
+	killed := r.killed
+	r.mu.Unlock()
+	if killed {
+		cancel()
+	}
+	c, err := dialWait(ctx, m)
+	if err != nil {
+		code := int32(-1)
+		if errno := syscall.Errno(0); errors.As(err, &errno) {
+			code = int32(errno)
+		}
+		return wire.ExitMsg{Status: wire.DialFailed, Code: code, Msg: err.Error()}
+	}
+	r.mu.Lock()
+	r.conn, killed = c, r.killed
+	r.mu.Unlock()
+	if killed {
+		c.Close()
+		return wire.ExitMsg{Status: wire.Exited, Killed: true}
+	}
+	_ = r.s.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{}.Encode()})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go r.pumpOut(c.(deadlineReader), wire.Stdout, wire.StreamStdout, &wg)
+	stdinDone := make(chan struct{})
+	go func() { r.pumpStdin(halfCloser{c}); close(stdinDone) }()
+	wg.Wait() // the sandbox's side closed, or a Kill closed the connection
+	c.Close()
+	r.mu.Lock()
+	r.exited, r.finished = true, true
+	killed = r.killed
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	<-stdinDone
+	return wire.ExitMsg{Status: wire.Exited, Killed: killed}
+}
+
+// dialWait connects as m says: while m.Wait, again every 10 ms as long as
+// nothing listens (refused, or no such socket), until ctx ends.
+func dialWait(ctx context.Context, m wire.DialMsg) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	for {
+		c, err := d.DialContext(ctx, m.Network, m.Address)
+		if err == nil || !m.Wait || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// halfCloser is a connection as a run's stdin: its Close closes the
+// writing half alone, so that the answer can still be read.
+type halfCloser struct{ net.Conn }
+
+func (h halfCloser) Close() error {
+	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

@@ -36,6 +36,7 @@ const (
 	StartUser                     // the user or group is unknown
 	StartFailed                   // another start failure; Msg says which
 	Lost                          // the run's supervisor died; its processes were killed
+	DialFailed                    // a Dial's connection failed; Code is the errno when known, Msg says why
 )
 
 // ExitMsg is a run's last frame.
@@ -60,6 +61,17 @@ type ByeMsg struct {
 // sandbox's pid namespace, which is also its process group's.
 type StartedMsg struct {
 	PID uint32
+}
+
+// DialMsg asks the agent for a connection, in the sandbox's network, to
+// Address: a run whose Stdin frames are written to it and whose Stdout
+// frames are what it reads from it, until the sandbox's side closes it
+// or the client sends Kill. Wait makes the agent try again, every few
+// milliseconds, while nothing listens there yet.
+type DialMsg struct {
+	Network string // "tcp", "tcp4", "tcp6" or "unix"
+	Address string
+	Wait    bool
 }
 
 // SignalMsg asks for a signal to a run's process group.
@@ -232,5 +244,21 @@ func (m SignalMsg) Encode() []byte { return enc(nil).u8(m.Signo) }
 func DecodeSignal(p []byte) (SignalMsg, error) {
 	d := &dec{b: p}
 	m := SignalMsg{Signo: d.u8()}
+	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m DialMsg) Encode() []byte {
+	w := uint8(0)
+	if m.Wait {
+		w = 1
+	}
+	return enc(nil).str(m.Network).str(m.Address).u8(w)
+}
+
+// DecodeDial parses a Dial payload.
+func DecodeDial(p []byte) (DialMsg, error) {
+	d := &dec{b: p}
+	m := DialMsg{Network: d.str(), Address: d.str(), Wait: d.u8() == 1}
 	return m, d.done()
 }

@@ -13,7 +13,8 @@ import (
 // Version is the protocol version the agent announces in its Hello frame.
 // A client refuses an agent with another version. Version 2: frames of
 // 128 KiB in 1 MiB windows, and file operations (-fs). Version 3: Started
-// and Signal frames, for processes held by handle.
+// and Signal frames, for processes held by handle; Dial frames, for
+// connections to the sandbox's network.
 const Version = 3
 
 // Type is a frame's type.
@@ -33,6 +34,7 @@ const (
 	Bye                      // agent→client, run id 0: a ByeMsg, the agent's last frame
 	Started                  // agent→client (shim→agent): a StartedMsg, the command runs
 	Signal                   // client→agent (agent→shim): a SignalMsg for the run's process group
+	Dial                     // client→agent: a DialMsg for a new run id, a connection instead of a command
 )
 
 // The streams a Credit frame refers to.

@@ -83,4 +83,8 @@ func TestStartedSignalRoundTrip(t *testing.T) {
 	sg, err := DecodeSignal(SignalMsg{Signo: 15}.Encode())
 	require.NoError(t, err)
 	require.Equal(t, SignalMsg{Signo: 15}, sg)
+	dm := DialMsg{Network: "unix", Address: "/run/x\xff.sock", Wait: true}
+	dg, err := DecodeDial(dm.Encode())
+	require.NoError(t, err)
+	require.Equal(t, dm, dg)
 }
