@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// echoServer serves l: each connection gets its lines back, upper-cased,
-// until it closes.
-func echoServer(t *testing.T, l net.Listener) {
+// serve serves each connection of l with handle, which closes it, until
+// the test ends.
+func serve(t *testing.T, l net.Listener, handle func(net.Conn)) {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		for {
@@ -26,17 +26,23 @@ func echoServer(t *testing.T, l net.Listener) {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					if _, err := io.WriteString(c, strings.ToUpper(sc.Text())+"\n"); err != nil {
-						return
-					}
-				}
-			}()
+			go handle(c)
 		}
 	}()
+}
+
+// echoServer serves l: each connection gets its lines back, upper-cased,
+// until it closes.
+func echoServer(t *testing.T, l net.Listener) {
+	serve(t, l, func(c net.Conn) {
+		defer c.Close()
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			if _, err := io.WriteString(c, strings.ToUpper(sc.Text())+"\n"); err != nil {
+				return
+			}
+		}
+	})
 }
 
 // The agent dials TCP and unix sockets of its network; the bytes go both
@@ -124,20 +130,11 @@ func TestDialEndAndFlow(t *testing.T) {
 	ctx := context.Background()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
 	const size = 8 << 20
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				_, _ = c.Write(make([]byte, size))
-				c.Close()
-			}()
-		}
-	}()
+	serve(t, l, func(c net.Conn) {
+		_, _ = c.Write(make([]byte, size))
+		c.Close()
+	})
 	slow, err := a.Dial(ctx, "tcp", l.Addr().String(), false)
 	require.NoError(t, err)
 	defer slow.Close()
