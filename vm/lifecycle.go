@@ -42,7 +42,7 @@ type sandbox struct {
 	chanDir       string      // the agent's channel directory, if one was made
 	spec          driver.Spec // cfg as the engine takes it, without the agent: built once
 
-	processes // the processes of Start
+	held // the processes of Start and the forwards of Forward
 }
 
 // state is the lifecycle as Run and the copies see it, never modified.
@@ -362,6 +362,7 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	// Every process of Start has ended, its handle answering at once,
 	// when Remove returns (the agent's end ends them).
 	defer s.endProcesses(agent.KillWait)
+	s.closeForwards()
 	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.

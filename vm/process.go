@@ -283,8 +283,46 @@ func (s *sandbox) endProcesses(d time.Duration) {
 
 var _ ProcessStarter = (*sandbox)(nil)
 
-// processes are a sandbox's processes of Start that have not ended.
-type processes struct {
-	procMu sync.Mutex
-	live   map[*Process]bool
+// held is what a sandbox holds for its caller beside its runs: the
+// processes of Start that have not ended, and the forwards of Forward
+// that are open. Remove ends them all.
+type held struct {
+	procMu     sync.Mutex
+	live       map[*Process]bool
+	forwards   map[*Forwarder]bool
+	noForwards bool // Remove began: no more forwards
+}
+
+// holdForward makes f one of the sandbox's forwards, closed by Remove,
+// unless the sandbox is being removed.
+func (s *sandbox) holdForward(f *Forwarder) bool {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	if s.noForwards || s.state().removed {
+		return false
+	}
+	if s.forwards == nil {
+		s.forwards = map[*Forwarder]bool{}
+	}
+	s.forwards[f] = true
+	f.release = func() {
+		s.procMu.Lock()
+		delete(s.forwards, f)
+		s.procMu.Unlock()
+	}
+	return true
+}
+
+// closeForwards closes every forward, and refuses new ones.
+func (s *sandbox) closeForwards() {
+	s.procMu.Lock()
+	s.noForwards = true
+	fs := make([]*Forwarder, 0, len(s.forwards))
+	for f := range s.forwards {
+		fs = append(fs, f)
+	}
+	s.procMu.Unlock()
+	for _, f := range fs {
+		f.Close()
+	}
 }

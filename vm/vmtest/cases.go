@@ -448,6 +448,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, escapeCases(h)...)
 	cases = append(cases, streamCases()...)
 	cases = append(cases, processCases()...)
+	cases = append(cases, serviceCases()...)
 	return append(cases, hardeningCases(h)...)
 }
 

@@ -1,0 +1,139 @@
+package vmtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/vm"
+)
+
+// serviceCases check that a service in the sandbox is reached from the
+// caller's process through the agent, with the sandbox's default
+// Network "none": on a path without the agent, Dial fails with
+// vm.ErrNotSupported and the cases skip.
+func serviceCases() []testCase {
+	return []testCase{
+		{Name: "service/dial", Promise: "a server in a sandbox with no network answers the caller through Dial, once WaitListening says it listens",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				addr := httpd(ctx, t, v, "dial")
+				d := v.(vm.ServiceDialer)
+				client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+				body := get(ctx, t, client, "http://"+addr+"/index.html")
+				if body != "served dial\n" {
+					t.Errorf("got %q; want the page", body)
+				}
+				_, err := vm.Dial(ctx, v, "tcp", "127.0.0.1:1")
+				if !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Errorf("dial of a closed port: %v; want ECONNREFUSED", err)
+				}
+				_, err = vm.Dial(ctx, v, "udp", addr)
+				if err == nil {
+					t.Error("a udp dial was accepted")
+				}
+				return []observation{outcome("page", body), observe("refused", nil, err)}
+			}},
+		{Name: "service/forward", Promise: "a forward on the caller's loopback carries each connection to the sandbox's server until it is closed",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				addr := httpd(ctx, t, v, "forward")
+				f, err := vm.Forward(ctx, v, "tcp", addr)
+				if err != nil {
+					t.Fatalf("Forward: %v", err)
+				}
+				defer f.Close()
+				client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+				for i := range 3 {
+					if body := get(ctx, t, client, "http://"+f.Addr().String()+"/index.html"); body != "served forward\n" {
+						t.Errorf("request %d: %q; want the page", i, body)
+					}
+				}
+				if err := f.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				if c, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second); err == nil {
+					c.Close()
+					t.Error("the forward still listens after Close")
+				}
+				return []observation{outcome("forward", "served")}
+			}},
+		{Name: "service/removed", Promise: "Remove closes the sandbox's connections and forwards",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				addr := httpd(ctx, t, v, "removed")
+				c, err := vm.Dial(ctx, v, "tcp", addr)
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
+				defer c.Close()
+				f, err := vm.Forward(ctx, v, "tcp", addr)
+				if err != nil {
+					t.Fatalf("Forward: %v", err)
+				}
+				if err := v.Remove(ctx); err != nil {
+					t.Fatalf("Remove: %v", err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+					t.Errorf("a read on a connection of the removed sandbox: %v; want EOF", err)
+				}
+				if l, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second); err == nil {
+					l.Close()
+					t.Error("the forward still listens after Remove")
+				}
+				_, err = vm.Dial(ctx, v, "tcp", addr)
+				if !errors.Is(err, vm.ErrRemoved) {
+					t.Errorf("Dial after Remove: %v; want ErrRemoved", err)
+				}
+				return []observation{observe("after remove", nil, err)}
+			}},
+	}
+}
+
+// httpd starts busybox's httpd in v on loopback, serving a page that
+// says "served " and what, and returns its address once it listens.
+func httpd(ctx context.Context, t *testing.T, v vm.VM, what string) string {
+	t.Helper()
+	const addr = "127.0.0.1:18080"
+	res, err := v.Run(ctx, sh(`mkdir -p /tmp/www && echo "served $1" >/tmp/www/index.html`, what))
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("writing the page: %+v, %v", res, err)
+	}
+	p, err := vm.Start(ctx, v, exec.Command{Name: "httpd", Args: []string{"-f", "-p", addr, "-h", "/tmp/www"}})
+	skipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatalf("starting httpd: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := vm.WaitListening(wctx, v, "tcp", addr); err != nil {
+		_ = p.Kill()
+		res, werr := p.Wait(ctx)
+		t.Fatalf("httpd never listened: %v (it reported %+v, %v)", err, res, werr)
+	}
+	return addr
+}
+
+// get fetches url with client and returns its body.
+func get(ctx context.Context, t *testing.T, client *http.Client, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %q, %v", url, resp.Status, b, err)
+	}
+	return string(b)
+}
