@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 	"github.com/podvm/podvm/vm/vmmock"
 )
@@ -43,21 +44,10 @@ func (d *dialVM) DialListening(ctx context.Context, network, address string) (ne
 	return d.DialContext(ctx, network, address)
 }
 
-// upper answers each line with itself upper-cased.
-func upper(c net.Conn) {
-	defer c.Close()
-	sc := bufio.NewScanner(c)
-	for sc.Scan() {
-		if _, err := io.WriteString(c, strings.ToUpper(sc.Text())+"\n"); err != nil {
-			return
-		}
-	}
-}
-
 func TestForward(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	v := &dialVM{serve: upper}
+	v := &dialVM{serve: func(c net.Conn) { testkit.UpperEcho(c) }}
 	f, err := vm.Forward(ctx, v, "tcp", "127.0.0.1:80")
 	require.NoError(t, err)
 	assert.Contains(t, f.Addr().String(), "127.0.0.1:")
@@ -88,7 +78,7 @@ func TestForward(t *testing.T) {
 func TestForwardRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	v := &dialVM{serve: upper}
+	v := &dialVM{serve: func(c net.Conn) { testkit.UpperEcho(c) }}
 	v.refused.Store(true)
 	f, err := vm.Forward(ctx, v, "tcp", "127.0.0.1:80")
 	require.NoError(t, err, "a service may come later")

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // serve serves each connection of l with handle, which closes it, until
@@ -34,15 +36,7 @@ func serve(t *testing.T, l net.Listener, handle func(net.Conn)) {
 // echoServer serves l: each connection gets its lines back, upper-cased,
 // until it closes.
 func echoServer(t *testing.T, l net.Listener) {
-	serve(t, l, func(c net.Conn) {
-		defer c.Close()
-		sc := bufio.NewScanner(c)
-		for sc.Scan() {
-			if _, err := io.WriteString(c, strings.ToUpper(sc.Text())+"\n"); err != nil {
-				return
-			}
-		}
-	})
+	serve(t, l, func(c net.Conn) { testkit.UpperEcho(c) })
 }
 
 // The agent dials TCP and unix sockets of its network; the bytes go both

@@ -2,9 +2,11 @@ package testkit
 
 import (
 	"archive/tar"
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -168,4 +170,16 @@ func TestSkipOrFail(t *testing.T) {
 		assert.Equal(t, !c.fail, ft.skipped, "CI=%q %s=%q gate %q: skipped", c.ci, env, c.req, c.gate)
 		assert.Equal(t, c.msg, ft.msg)
 	}
+}
+
+func TestUpperEcho(t *testing.T) {
+	t.Parallel()
+	a, b := net.Pipe()
+	go UpperEcho(b)
+	_, err := io.WriteString(a, "abc\n")
+	require.NoError(t, err)
+	got, err := bufio.NewReader(a).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "ABC\n", got)
+	a.Close()
 }
