@@ -28,8 +28,28 @@ var ErrProcessDone = errors.New("vm: process already finished")
 // hold them by handle: every sandbox with podvm's agent (not
 // [Config.PodmanExec]). [Start] and [Processes] call it.
 type ProcessStarter interface {
-	Start(ctx context.Context, cmd exec.Command) (*Process, error)
+	Start(ctx context.Context, cmd exec.Command, opts ...StartOption) (*Process, error)
 	Processes() []*Process
+}
+
+// StartOption configures [Start].
+type StartOption func(*startOptions)
+
+type startOptions struct {
+	tty        bool
+	rows, cols uint16
+}
+
+// WithTerminal runs the process on a new pseudo-terminal of rows×cols
+// (24×80 for zeros) in the sandbox, its controlling terminal in a session
+// of its own, as a terminal emulator runs a shell: its stdin, stdout and
+// stderr are the terminal, so [Process.Stdout] carries the raw byte
+// stream it shows (echo and escape sequences included; [Process.Stderr]
+// stays empty) and [Process.Stdin] is typed at it: "\x03" (^C)
+// interrupts its foreground job, "\x04" (^D) is the end of its input,
+// and Closing it does nothing. [Process.Resize] changes its size.
+func WithTerminal(rows, cols uint16) StartOption {
+	return func(o *startOptions) { o.tty, o.rows, o.cols = true, rows, cols }
 }
 
 // Start starts cmd in the sandbox and returns once it runs, with a handle
@@ -46,12 +66,12 @@ type ProcessStarter interface {
 // output goes to cmd.Stdout and cmd.Stderr when set, as Run's does, and
 // to the process's [Output] buffers, each keeping the last
 // cmd.MaxOutput() bytes for readers.
-func Start(ctx context.Context, v VM, cmd exec.Command) (*Process, error) {
+func Start(ctx context.Context, v VM, cmd exec.Command, opts ...StartOption) (*Process, error) {
 	ps, ok := v.(ProcessStarter)
 	if !ok {
 		return nil, fmt.Errorf("%w: vm: %s: a %T holds no processes (it is not a vm.ProcessStarter)", ErrNotSupported, cmd.Name, v)
 	}
-	return ps.Start(ctx, cmd)
+	return ps.Start(ctx, cmd, opts...)
 }
 
 // Processes returns the processes of v started with [Start] that have not
@@ -67,6 +87,7 @@ func Processes(v VM) []*Process {
 // are safe for concurrent use.
 type Process struct {
 	cmd    exec.Command
+	tty    bool
 	p      *agent.Proc
 	s      *sandbox
 	start  time.Time
@@ -83,7 +104,11 @@ type Process struct {
 }
 
 // Start implements [ProcessStarter]: see [Start].
-func (s *sandbox) Start(ctx context.Context, cmd exec.Command) (*Process, error) {
+func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOption) (*Process, error) {
+	var o startOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := checkRun(cmd); err != nil {
 		return nil, err
 	}
@@ -97,7 +122,7 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command) (*Process, error)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	}
-	p := &Process{cmd: cmd, s: s, start: time.Now(), done: make(chan struct{})}
+	p := &Process{cmd: cmd, tty: o.tty, s: s, start: time.Now(), done: make(chan struct{})}
 	var w [2]io.Writer
 	for i, live := range []io.Writer{cmd.Stdout, cmd.Stderr} {
 		p.out[i] = newOutput(cmd.MaxOutput())
@@ -109,7 +134,9 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command) (*Process, error)
 		p.stdinR, p.stdin = io.Pipe()
 		stdin = p.stdinR
 	}
-	ap, err := st.agent.Start(ctx, s.agentRequest(cmd), stdin, w[0], w[1])
+	req := s.agentRequest(cmd)
+	req.TTY, req.Rows, req.Cols = o.tty, o.rows, o.cols
+	ap, err := st.agent.Start(ctx, req, stdin, w[0], w[1])
 	if err != nil {
 		if p.stdin != nil {
 			p.stdinR.CloseWithError(ErrProcessDone)
@@ -219,6 +246,16 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return p.control(func() error { return p.p.Signal(sig) })
 }
 
+// Resize sets the size of the process's terminal ([WithTerminal]); the
+// process gets SIGWINCH. A process without one fails with
+// [ErrNotSupported].
+func (p *Process) Resize(rows, cols uint16) error {
+	if !p.tty {
+		return fmt.Errorf("%w: vm: %s: no terminal to resize (see vm.WithTerminal)", ErrNotSupported, p.cmd.Name)
+	}
+	return p.control(func() error { return p.p.Resize(rows, cols) })
+}
+
 // Kill kills the process and everything it started, however it
 // detached, as a Run's timeout does; Wait then reports an exit status of
 // 137 (128+SIGKILL).
@@ -255,8 +292,8 @@ func (w stdinWriter) Write(b []byte) (int, error) {
 }
 
 func (w stdinWriter) Close() error {
-	if w.p.stdin == nil {
-		return nil
+	if w.p.stdin == nil || w.p.tty {
+		return nil // a terminal's input ends with ^D, typed
 	}
 	return w.p.stdin.Close()
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,13 @@ type Request struct {
 	// User is "name", "uid", "uid:gid" or "name:group", resolved with the
 	// sandbox's /etc/passwd and /etc/group; empty means the agent's user.
 	User string
+	// TTY runs the command on a new pseudo-terminal of Rows×Cols (24×80
+	// when zero), its controlling terminal in a session of its own: its
+	// stdin, stdout and stderr are the terminal, whose output is the
+	// run's stdout (no stderr comes). Its stdin's end is the terminal's
+	// EOF character (^D), written as any other byte.
+	TTY        bool
+	Rows, Cols uint16
 }
 
 // Exit is how a run ended.
@@ -505,7 +513,10 @@ func (r *clientRun) wait(ctxErr error) (Exit, error) {
 
 // startFrame is the Start frame of req, its run id to be set.
 func startFrame(req Request) wire.Frame {
-	m := wire.StartMsg{Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User}
+	m := wire.StartMsg{Argv: req.Argv, Env: req.Env, Dir: req.Dir, User: req.User, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
+	if m.TTY {
+		m.Rows, m.Cols = cmp.Or(m.Rows, 24), cmp.Or(m.Cols, 80)
+	}
 	return wire.Frame{Type: wire.Start, Payload: m.Encode()}
 }
 

@@ -21,6 +21,7 @@
 //	Started  a→c  id n   the command's pid: it runs (before any Exit of n)
 //	Signal   c→a  id n   a signal for the command's process group, while it lives
 //	Dial     c→a  id n   network, address, wait: run n is a connection the agent makes
+//	Resize   c→a  id n   rows, cols of run n's terminal (a Start with TTY set)
 
 //	Stdin    c→a  id n   bytes for the command; an empty payload is EOF
 //	Stdout   a→c  id n   bytes the command wrote
@@ -49,6 +50,16 @@
 // writes to the caller's Writer. A slow Writer stalls its own stream and
 // nothing else; the agent stops reading that pipe, and the command blocks
 // in write as it would on a pipe.
+//
+// # Terminals
+//
+// A Start with TTY set runs its command on a pseudo-terminal the agent
+// opens in the sandbox (/dev/ptmx): the shim gives the command the slave
+// as stdin, stdout and stderr and as its controlling terminal, in a
+// session of its own; the agent keeps the master, whose output is the
+// run's Stdout and into which Stdin frames are typed. The kernel's line
+// discipline does the rest (echo, ^C to the foreground job). Resize sets
+// the master's window size.
 //
 // # Connections
 //

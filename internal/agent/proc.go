@@ -83,6 +83,13 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 	return p.r.c.send(wire.Frame{Type: wire.Signal, ID: p.r.id, Payload: m.Encode()})
 }
 
+// Resize sets the size of the run's terminal (Request.TTY); the command
+// gets SIGWINCH. It is dropped for a run without one.
+func (p *Proc) Resize(rows, cols uint16) error {
+	m := wire.ResizeMsg{Rows: rows, Cols: cols}
+	return p.r.c.send(wire.Frame{Type: wire.Resize, ID: p.r.id, Payload: m.Encode()})
+}
+
 // Kill kills every process of the run, as Run does when its context
 // ends; [Proc.Wait] then reports the run killed.
 func (p *Proc) Kill() error {

@@ -138,3 +138,38 @@ func TestStartCancelled(t *testing.T) {
 	_, err := a.Start(ctx, Request{Argv: []string{"/bin/busybox", "true"}}, nil, nil, nil)
 	assert.ErrorIs(t, err, context.Canceled)
 }
+
+// A terminal: the shell's prompt shows, ^C interrupts its foreground
+// job, stty sees the size, and a resize.
+func TestTerminal(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	ctx := context.Background()
+	inR, inW := io.Pipe()
+	var out testkit.LockedBuffer
+	p, err := a.Start(ctx, Request{Argv: []string{"/bin/busybox", "sh", "-i"}, Env: []string{"PS1=podvm$ "}, TTY: true, Rows: 30, Cols: 100}, inR, &out, nil)
+	require.NoError(t, err)
+	waitOut := func(want string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return strings.Contains(out.String(), want) }, 10*time.Second, 5*time.Millisecond, "want %q in %q", want, out.String())
+	}
+	waitOut("podvm$ ")
+	_, _ = io.WriteString(inW, "stty size\n")
+	waitOut("30 100")
+	require.NoError(t, p.Resize(40, 120))
+	_, _ = io.WriteString(inW, "stty size\n")
+	waitOut("40 120")
+	marker := strconv.Itoa(1_000_000 + int(time.Now().UnixNano()%8_000_000))
+	_, _ = io.WriteString(inW, "/bin/busybox sleep "+marker+"\n")
+	require.Eventually(t, func() bool { return len(alive(marker)) > 0 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the shell gives it the terminal
+	_, _ = io.WriteString(inW, "\x03") // ^C
+	require.Eventually(t, func() bool { return len(alive(marker)) == 0 }, 10*time.Second, 5*time.Millisecond, "^C left the job running")
+	_, _ = io.WriteString(inW, "echo after-$?\n")
+	waitOut("after-130")
+	_, _ = io.WriteString(inW, "exit 5\n")
+	ex, err := p.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 5, ex.Code)
+	assert.Contains(t, out.String(), "\r\n", "the terminal's line discipline at work")
+}

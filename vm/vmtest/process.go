@@ -138,6 +138,8 @@ func processCases() []testCase {
 				}
 				return []observation{observe("outlives", res, err)}
 			}},
+		{Name: "terminal/shell", Promise: "on a terminal, a shell's prompt shows, stty sees its size and a resize, ^C interrupts the foreground job",
+			Test: terminalShell},
 		{Name: "process/removed", Promise: "Remove ends every process; its handle then answers at once",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				p := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3051"}})
@@ -236,4 +238,72 @@ func waitFor(t *testing.T, o *vm.Output, want string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// terminalShell is the terminal/shell case.
+func terminalShell(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	cmd := exec.Command{Name: "sh", Args: []string{"-i"}, Env: []string{"PS1=podvm$ "}}
+	p, err := vm.Start(ctx, v, cmd, vm.WithTerminal(30, 100))
+	skipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	out := p.Stdout()
+	seen := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, b := out.Bytes()
+			if strings.Contains(string(b), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the terminal shows %q; want %q in it", b, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	typed := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(p.Stdin(), s); err != nil {
+			t.Fatalf("typing %q: %v", s, err)
+		}
+	}
+	seen("podvm$ ")
+	typed("stty size\n")
+	seen("30 100\r\n")
+	if err := p.Resize(40, 120); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	typed("stty size\n")
+	seen("40 120\r\n")
+	marker := strconv.FormatInt(time.Now().UnixNano()%1e9+1e9, 10)
+	typed("sleep " + marker + "\n")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(sandboxPS(ctx, t, v), marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the shell hands it the terminal
+	typed("\x03")
+	for strings.Contains(sandboxPS(ctx, t, v), marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("^C left the foreground job running")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	typed("echo after-$?\n")
+	seen("after-130")
+	typed("exit 5\n")
+	res, err := p.Wait(ctx)
+	if err != nil || res.ExitCode != 5 || res.Stderr != "" {
+		t.Fatalf("Wait: %+v, %v; want exit 5, nothing on stderr", res, err)
+	}
+	if err := p.Stdin().Close(); err != nil {
+		t.Errorf("closing a terminal's stdin: %v", err)
+	}
+	return []observation{outcome("terminal", "exit 5")}
 }

@@ -275,6 +275,17 @@ func (s *session) dispatch(f wire.Frame) error {
 			return err
 		}
 		r.signal(m)
+	case wire.Resize:
+		m, err := wire.DecodeResize(f.Payload)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		tty := r.tty
+		r.mu.Unlock()
+		if tty != nil {
+			_ = resize(tty, m.Rows, m.Cols)
+		}
 	default:
 		return fmt.Errorf("%w: frame type %d", wire.ErrProtocol, f.Type)
 	}
@@ -313,6 +324,7 @@ type run struct {
 	killed   bool
 	sh       *shim
 	conn     net.Conn           // a Dial's connection, once made
+	tty      *os.File           // a terminal's master, for Resize
 	stopDial context.CancelFunc // ends a Dial's connect
 }
 
@@ -364,23 +376,23 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 	if err != nil {
 		return failed("%v", err)
 	}
-	var ours [3]*os.File
-	var theirs [3]int
-	for i, dir := range []byte{'w', 'r', 'r'} {
-		if ours[i], theirs[i], err = pipe(dir); err != nil {
-			for _, f := range ours[:i] {
-				f.Close()
-			}
-			closeAll(theirs[:i])
-			r.s.a.pool.put(sh)
-			return failed("pipe: %v", err)
-		}
+	ours, theirs, err := stdio(m)
+	if err != nil {
+		r.s.a.pool.put(sh)
+		return failed("%v", err)
+	}
+	if m.TTY {
+		r.mu.Lock()
+		r.tty = ours[0]
+		r.mu.Unlock()
 	}
 	err = sh.send(wire.Frame{Type: wire.Start, Payload: m.Encode()}, theirs[:]...)
 	closeAll(theirs[:])
 	if err != nil {
 		for _, f := range ours {
-			f.Close()
+			if f != nil {
+				f.Close()
+			}
 		}
 		sh.conn.Close()
 		return wire.ExitMsg{Status: wire.Lost, Msg: "the run's shim is gone: " + err.Error()}
@@ -393,10 +405,18 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 		_ = sh.send(wire.Frame{Type: wire.Kill})
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go r.pumpOut(ours[1], wire.Stdout, wire.StreamStdout, &wg)
-	go r.pumpOut(ours[2], wire.Stderr, wire.StreamStderr, &wg)
-	go r.pumpStdin(ours[0])
+	var stdin io.WriteCloser = ours[0]
+	if ours[2] != nil {
+		wg.Add(1)
+		go r.pumpOut(ours[2], wire.Stderr, wire.StreamStderr, &wg)
+	} else {
+		// A terminal: its stdin's end is the user's ^D, not a close of
+		// the master that its output is read from.
+		stdin = noClose{ours[0]}
+	}
+	go r.pumpStdin(stdin)
 
 	var ex wire.ExitMsg
 	ok := true
@@ -416,7 +436,9 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 	r.sh = nil
 	r.mu.Unlock()
 	for _, f := range ours[1:] {
-		_ = f.SetReadDeadline(time.Now().Add(drainGrace))
+		if f != nil {
+			_ = f.SetReadDeadline(time.Now().Add(drainGrace))
+		}
 	}
 	wg.Wait()
 	r.mu.Lock()
@@ -439,6 +461,44 @@ type deadlineReader interface {
 	io.ReadCloser
 	SetReadDeadline(time.Time) error
 }
+
+// stdio makes the run's stdin, stdout and stderr: the agent's ends
+// (ours) and the command's (theirs, for the shim). With m.TTY they are
+// one terminal: its master is ours[0] and ours[1], ours[2] is nil, and
+// its slave is all three of theirs.
+func stdio(m wire.StartMsg) (ours [3]*os.File, theirs [3]int, err error) {
+	if m.TTY {
+		master, slave, err := openPTY(m.Rows, m.Cols)
+		if err != nil {
+			return ours, theirs, err
+		}
+		theirs[0] = slave
+		for i := 1; i < 3; i++ {
+			if theirs[i], err = unix.FcntlInt(uintptr(slave), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+				master.Close()
+				closeAll(theirs[:i])
+				return ours, theirs, fmt.Errorf("terminal: %w", err)
+			}
+		}
+		ours[0], ours[1] = master, master
+		return ours, theirs, nil
+	}
+	for i, dir := range []byte{'w', 'r', 'r'} {
+		if ours[i], theirs[i], err = pipe(dir); err != nil {
+			for _, f := range ours[:i] {
+				f.Close()
+			}
+			closeAll(theirs[:i])
+			return ours, theirs, fmt.Errorf("pipe: %w", err)
+		}
+	}
+	return ours, theirs, nil
+}
+
+// noClose is a writer whose Close does nothing.
+type noClose struct{ io.Writer }
+
+func (noClose) Close() error { return nil }
 
 // pumpOut forwards one output pipe to the client within the stream's
 // credit, until EOF; after a kill it discards instead.

@@ -139,6 +139,13 @@ func startRun(f wire.Frame, fds []int) (int, wire.ExitMsg) {
 		return 0, *ex
 	}
 	attr.Files = []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}
+	if msg.TTY {
+		// A session of its own, the terminal (its stdin) its controlling
+		// one: ^C at the terminal reaches its foreground job. The
+		// session's id is the command's pid, and so is its group's.
+		attr.Sys.Setpgid = false
+		attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = true, true, 0
+	}
 	pid, err := syscall.ForkExec(path, msg.Argv, attr)
 	if err != nil {
 		return 0, startError(err, msg.Argv[0])

@@ -22,6 +22,16 @@ type StartMsg struct {
 	Env  []string // KEY=VALUE entries, merged over the agent's environment
 	Dir  string   // empty: the agent's working directory
 	User string   // empty: the agent's user; else name, uid, uid:gid or name:group
+	// TTY runs the command on a new pseudo-terminal of Rows×Cols, its
+	// controlling terminal and its stdin, stdout and stderr: the run's
+	// Stdout frames carry the terminal's output, and no Stderr comes.
+	TTY        bool
+	Rows, Cols uint16
+}
+
+// ResizeMsg sets the size of a run's terminal.
+type ResizeMsg struct {
+	Rows, Cols uint16
 }
 
 // Status says how a run ended.
@@ -173,14 +183,33 @@ func DecodeHello(p []byte) (HelloMsg, error) {
 
 // Encode returns m's payload.
 func (m StartMsg) Encode() []byte {
-	return enc(nil).strs(m.Argv).strs(m.Env).str(m.Dir).str(m.User)
+	e := enc(nil).strs(m.Argv).strs(m.Env).str(m.Dir).str(m.User)
+	if m.TTY {
+		e = e.u8(1).u32(uint32(m.Rows)<<16 | uint32(m.Cols))
+	}
+	return e
 }
 
 // DecodeStart parses a Start payload.
 func DecodeStart(p []byte) (StartMsg, error) {
 	d := &dec{b: p}
 	m := StartMsg{Argv: d.strs(), Env: d.strs(), Dir: d.str(), User: d.str()}
+	if d.err == nil && len(d.b) > 0 {
+		m.TTY = d.u8() == 1
+		size := d.u32()
+		m.Rows, m.Cols = uint16(size>>16), uint16(size)
+	}
 	return m, d.done()
+}
+
+// Encode returns m's payload.
+func (m ResizeMsg) Encode() []byte { return enc(nil).u32(uint32(m.Rows)<<16 | uint32(m.Cols)) }
+
+// DecodeResize parses a Resize payload.
+func DecodeResize(p []byte) (ResizeMsg, error) {
+	d := &dec{b: p}
+	size := d.u32()
+	return ResizeMsg{Rows: uint16(size >> 16), Cols: uint16(size)}, d.done()
 }
 
 // Encode returns m's payload.

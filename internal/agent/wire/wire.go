@@ -14,7 +14,7 @@ import (
 // A client refuses an agent with another version. Version 2: frames of
 // 128 KiB in 1 MiB windows, and file operations (-fs). Version 3: Started
 // and Signal frames, for processes held by handle; Dial frames, for
-// connections to the sandbox's network.
+// connections to the sandbox's network; terminals (StartMsg.TTY, Resize).
 const Version = 3
 
 // Type is a frame's type.
@@ -35,6 +35,7 @@ const (
 	Started                  // agent→client (shim→agent): a StartedMsg, the command runs
 	Signal                   // client→agent (agent→shim): a SignalMsg for the run's process group
 	Dial                     // client→agent: a DialMsg for a new run id, a connection instead of a command
+	Resize                   // client→agent: a ResizeMsg for the run's terminal
 )
 
 // The streams a Credit frame refers to.

@@ -83,6 +83,13 @@ func TestStartedSignalRoundTrip(t *testing.T) {
 	sg, err := DecodeSignal(SignalMsg{Signo: 15}.Encode())
 	require.NoError(t, err)
 	require.Equal(t, SignalMsg{Signo: 15}, sg)
+	tm := StartMsg{Argv: []string{"sh"}, Env: []string{}, TTY: true, Rows: 50, Cols: 132}
+	tg, err := DecodeStart(tm.Encode())
+	require.NoError(t, err)
+	require.Equal(t, tm, tg)
+	rg, err := DecodeResize(ResizeMsg{Rows: 1, Cols: 65535}.Encode())
+	require.NoError(t, err)
+	require.Equal(t, ResizeMsg{Rows: 1, Cols: 65535}, rg)
 	dm := DialMsg{Network: "unix", Address: "/run/x\xff.sock", Wait: true}
 	dg, err := DecodeDial(dm.Encode())
 	require.NoError(t, err)
