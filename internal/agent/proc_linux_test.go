@@ -162,7 +162,7 @@ func TestTerminal(t *testing.T) {
 	marker := strconv.Itoa(1_000_000 + int(time.Now().UnixNano()%8_000_000))
 	_, _ = io.WriteString(inW, "/bin/busybox sleep "+marker+"\n")
 	require.Eventually(t, func() bool { return len(alive(marker)) > 0 }, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // the shell gives it the terminal
+	time.Sleep(50 * time.Millisecond)  // the shell gives it the terminal
 	_, _ = io.WriteString(inW, "\x03") // ^C
 	require.Eventually(t, func() bool { return len(alive(marker)) == 0 }, 10*time.Second, 5*time.Millisecond, "^C left the job running")
 	_, _ = io.WriteString(inW, "echo after-$?\n")
