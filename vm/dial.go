@@ -63,7 +63,7 @@ func WaitListening(ctx context.Context, v VM, network, address string) error {
 }
 
 func serviceDialer(v VM, network, address string) (ServiceDialer, error) {
-	d, ok := v.(ServiceDialer)
+	d, ok := capability[ServiceDialer](v)
 	if !ok {
 		return nil, fmt.Errorf("%w: vm: dial %s %s: a %T reaches no service in its sandbox (it is not a vm.ServiceDialer)", ErrNotSupported, network, address, v)
 	}
@@ -132,7 +132,7 @@ func Forward(ctx context.Context, v VM, network, address string) (*Forwarder, er
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, err)
 	}
 	f := &Forwarder{l: l, d: d, network: network, address: address, conns: map[net.Conn]bool{}}
-	if s, ok := v.(interface{ holdForward(*Forwarder) bool }); ok && !s.holdForward(f) {
+	if s, ok := capability[interface{ holdForward(*Forwarder) bool }](v); ok && !s.holdForward(f) {
 		l.Close()
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, ErrRemoved)
 	}

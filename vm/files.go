@@ -124,7 +124,7 @@ func WriteFileFrom(ctx context.Context, v VM, name string, r io.Reader, size int
 	if size < -1 {
 		return fmt.Errorf("vm: %s %s: %w: size %d", op, p, fs.ErrInvalid, size)
 	}
-	if fsrv, ok := v.(FileServer); ok {
+	if fsrv, ok := capability[FileServer](v); ok {
 		if err := fsrv.WriteFile(ctx, p, r, size, perm); !errors.Is(err, ErrNotSupported) {
 			return err
 		}
@@ -180,7 +180,7 @@ func ReadFile(ctx context.Context, v VM, name string, maxBytes int64) ([]byte, e
 	if maxBytes < 0 {
 		return nil, fmt.Errorf("vm: %s %s: %w: maxBytes %d", op, p, fs.ErrInvalid, maxBytes)
 	}
-	if fsrv, ok := v.(FileServer); ok {
+	if fsrv, ok := capability[FileServer](v); ok {
 		if data, err := fsrv.ReadFile(ctx, p, maxBytes); !errors.Is(err, ErrNotSupported) {
 			return data, err
 		}
@@ -231,7 +231,7 @@ func ReadDir(ctx context.Context, v VM, dir string) ([]FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fsrv, ok := v.(FileServer); ok {
+	if fsrv, ok := capability[FileServer](v); ok {
 		if list, err := fsrv.ReadDir(ctx, p); !errors.Is(err, ErrNotSupported) {
 			return list, err
 		}

@@ -97,7 +97,7 @@ func copyIn(ctx context.Context, v VM, op, p, dir string, write func(*tar.Writer
 		wrote <- err
 	}()
 	var err error
-	if c, ok := v.(checkedCopier); ok {
+	if c, ok := capability[checkedCopier](v); ok {
 		err = c.copyInChecked(ctx, dir, pr)
 	} else {
 		err = v.CopyIn(ctx, dir, pr)
@@ -172,7 +172,7 @@ func walkOnce(ctx context.Context, v VM, op, p string, check bool, fn func(h *ta
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
 	copyOut := v.CopyOut
-	if u, ok := v.(uncheckedCopier); ok && !check {
+	if u, ok := capability[uncheckedCopier](v); ok && !check {
 		copyOut = u.copyOutUnchecked
 	}
 	go func() {

@@ -428,10 +428,32 @@ func (p *Pool) takeBack(pv *pooledVM) {
 }
 
 // pooledVM is a sandbox handed out by a Pool: the VM itself, whose Remove
-// also tells the pool it is gone.
+// also tells the pool it is gone, and whose other capabilities (files,
+// snapshots, processes, services) are the VM's: see capability.
 type pooledVM struct {
 	VM
 	p *Pool
+}
+
+// Unwrap returns the sandbox itself.
+func (v *pooledVM) Unwrap() VM { return v.VM }
+
+// capability returns v as a T: v itself, or the VM it wraps (a sandbox
+// of a Pool), as errors.As looks through wrapped errors. The wrapper's
+// own methods (a pooled sandbox's Remove) are VM methods, never
+// capabilities, so none is bypassed.
+func capability[T any](v VM) (T, bool) {
+	for {
+		if t, ok := v.(T); ok {
+			return t, true
+		}
+		u, ok := v.(interface{ Unwrap() VM })
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		v = u.Unwrap()
+	}
 }
 
 // Remove removes the sandbox, as the VM's own Remove does; once it

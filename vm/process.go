@@ -67,7 +67,7 @@ func WithTerminal(rows, cols uint16) StartOption {
 // to the process's [Output] buffers, each keeping the last
 // cmd.MaxOutput() bytes for readers.
 func Start(ctx context.Context, v VM, cmd exec.Command, opts ...StartOption) (*Process, error) {
-	ps, ok := v.(ProcessStarter)
+	ps, ok := capability[ProcessStarter](v)
 	if !ok {
 		return nil, fmt.Errorf("%w: vm: %s: a %T holds no processes (it is not a vm.ProcessStarter)", ErrNotSupported, cmd.Name, v)
 	}
@@ -77,7 +77,7 @@ func Start(ctx context.Context, v VM, cmd exec.Command, opts ...StartOption) (*P
 // Processes returns the processes of v started with [Start] that have not
 // ended, oldest first; none for a VM that is not a [ProcessStarter].
 func Processes(v VM) []*Process {
-	if ps, ok := v.(ProcessStarter); ok {
+	if ps, ok := capability[ProcessStarter](v); ok {
 		return ps.Processes()
 	}
 	return nil

@@ -173,7 +173,7 @@ func TakeSnapshot(ctx context.Context, v VM, opts SnapshotOptions) (*Snapshot, e
 	if _, _, err := opts.reference(); err != nil {
 		return nil, err
 	}
-	s, ok := v.(Snapshotter)
+	s, ok := capability[Snapshotter](v)
 	if !ok {
 		return nil, fmt.Errorf("%w: snapshot: %T cannot take snapshots", ErrNotSupported, v)
 	}
@@ -197,7 +197,7 @@ func RemoveSnapshot(ctx context.Context, v VM, ref string) error {
 	if _, _, err := removeRef(ref); err != nil {
 		return err
 	}
-	s, ok := v.(Snapshotter)
+	s, ok := capability[Snapshotter](v)
 	if !ok {
 		return fmt.Errorf("%w: remove snapshot: %T cannot take snapshots", ErrNotSupported, v)
 	}
