@@ -447,7 +447,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, nameCases()...)
 	cases = append(cases, escapeCases(h)...)
 	cases = append(cases, streamCases()...)
-	cases = append(cases, processCases()...)
+	cases = append(cases, processCases(h)...)
 	cases = append(cases, serviceCases()...)
 	return append(cases, hardeningCases(h)...)
 }

@@ -17,7 +17,7 @@ import (
 // processCases check the processes a sandbox holds by handle ([vm.Start]):
 // on a path without podvm's agent Start fails with vm.ErrNotSupported and
 // the cases skip.
-func processCases() []testCase {
+func processCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "process/held", Promise: "a started process runs on: its pid is known, its stdin is fed a piece at a time, its output read as it comes and again from the start, and Wait returns what Run would",
 			Test: processHeld},
@@ -140,6 +140,33 @@ func processCases() []testCase {
 			}},
 		{Name: "terminal/shell", Promise: "on a terminal, a shell's prompt shows, stty sees its size and a resize, ^C interrupts the foreground job",
 			Test: terminalShell},
+		{Name: "process/container-gone", Promise: "a held process whose container goes away behind the VM's back ends promptly with an error, never hangs",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				p := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3061"}})
+				if err := h.RemoveContainer(ctx, v.ID()); err != nil {
+					t.Fatalf("removing the container: %v", err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				res, err := p.Wait(wctx)
+				switch {
+				case errors.Is(err, context.DeadlineExceeded) && wctx.Err() != nil:
+					t.Fatal("Wait still hangs 30 s after the container went away")
+				case err == nil && res.ExitCode != 137:
+					t.Errorf("Wait: %+v; want an error, or death by SIGKILL", res)
+				}
+				start := time.Now()
+				if err := p.Signal(syscall.SIGTERM); err == nil {
+					t.Error("Signal to a process of a gone container: no error")
+				}
+				if _, err := vm.Start(ctx, v, exec.Command{Name: "true"}); err == nil {
+					t.Error("Start in a gone container: no error")
+				}
+				if d := time.Since(start); d > 10*time.Second {
+					t.Errorf("the calls on a dead sandbox took %v", d)
+				}
+				return nil
+			}},
 		{Name: "process/removed", Promise: "Remove ends every process; its handle then answers at once",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				p := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3051"}})
