@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,6 +123,7 @@ func (d *demo) steps() []step {
 		{"runaway", d.runaway},
 		{"ps", d.ps},
 		{"network", d.network},
+		{"service", d.service},
 		{"remove", d.remove},
 	}
 }
@@ -270,6 +272,46 @@ func (d *demo) network(ctx context.Context, v vm.VM) (string, error) {
 		return "", fmt.Errorf("the seed: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	return "blocked:" + msg[strings.LastIndex(msg, ":")+1:], nil
+}
+
+// service starts a web server in the sandbox, which has no network, and
+// fetches a page from it on the host, through a forward on the host's
+// loopback whose connections podvm's agent makes inside the sandbox.
+func (d *demo) service(ctx context.Context, v vm.VM) (string, error) {
+	const addr = "127.0.0.1:8080"
+	page, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "mkdir -p /tmp/www && echo served from the sandbox >/tmp/www/index.html"}, Timeout: runTimeout})
+	if err != nil || page.ExitCode != 0 {
+		return "", fmt.Errorf("writing the page: %v %s", err, page.StderrTail(3))
+	}
+	srv, err := vm.Start(ctx, v, exec.Command{Name: "httpd", Args: []string{"-f", "-p", addr, "-h", "/tmp/www"}})
+	if err != nil {
+		return "", err
+	}
+	defer srv.Kill()
+	wctx, cancel := context.WithTimeout(ctx, runTimeout)
+	defer cancel()
+	if err := vm.WaitListening(wctx, v, "tcp", addr); err != nil {
+		return "", err
+	}
+	fwd, err := vm.Forward(ctx, v, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer fwd.Close()
+	req, err := http.NewRequestWithContext(wctx, http.MethodGet, "http://"+fwd.Addr().String()+"/", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || strings.TrimSpace(string(body)) != "served from the sandbox" {
+		return "", fmt.Errorf("the page through the forward: %q, %v", body, err)
+	}
+	return "httpd reached via " + fwd.Addr().String(), nil
 }
 
 func (d *demo) remove(ctx context.Context, v vm.VM) (string, error) {

@@ -2,8 +2,10 @@
 // backends it creates a sandbox with no network, compiles a small Go
 // program in it with the host's Go toolchain, runs it, lets a runaway
 // command hit its timeout and output cap, checks that nothing of the
-// runaway survived, and shows that the sandbox cannot reach a port the host
-// has open. It prints the results side by side. Then it prepares a
+// runaway survived, shows that the sandbox cannot reach a port the host
+// has open, and serves a page from a web server in the sandbox (which
+// has no network) to the host, through podvm's agent. It prints the
+// results side by side. Then it prepares a
 // sandbox for a second seed once (its module fetched, its packages
 // compiled, in the sandbox's own filesystem), snapshots it, and compiles
 // and runs the seed in three fresh sandboxes started from the snapshot,
