@@ -81,27 +81,47 @@ func (s *sandbox) DialListening(ctx context.Context, network, address string) (n
 }
 
 func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) (net.Conn, error) {
+	st, err := s.dialable(network, address)
+	if err != nil {
+		return nil, err
+	}
+	what := "dial " + network + " " + address
+	c, err := st.agent.Dial(ctx, network, address, wait)
+	switch {
+	case err == nil:
+		return c, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("vm: %s: %w", what, ctx.Err())
+	case s.state().removed:
+		return nil, fmt.Errorf("vm: %s: %w", what, ErrRemoved)
+	}
+	return nil, s.agentStartError(ctx, what, err)
+}
+
+// dialable returns the state of a sandbox that can dial address on
+// network, or why not.
+func (s *sandbox) dialable(network, address string) (state, error) {
 	what := "dial " + network + " " + address
 	switch network {
 	case "tcp", "tcp4", "tcp6", "unix":
 	default:
-		return nil, fmt.Errorf("vm: %s: %w", what, net.UnknownNetworkError(network))
+		return state{}, fmt.Errorf("vm: %s: %w", what, net.UnknownNetworkError(network))
 	}
 	st, err := s.container()
 	if err != nil {
-		return nil, err
+		return st, err
 	}
 	if st.agent == nil {
-		return nil, fmt.Errorf("%w: vm: %s: reaching a service in the sandbox needs podvm's agent; with Config.PodmanExec, give the sandbox a Network and dial its address", ErrNotSupported, what)
+		return st, fmt.Errorf("%w: vm: %s: reaching a service in the sandbox needs podvm's agent; with Config.PodmanExec, give the sandbox a Network and dial its address", ErrNotSupported, what)
 	}
-	c, err := st.agent.Dial(ctx, network, address, wait)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("vm: %s: %w", what, ctx.Err())
-		}
-		return nil, s.agentStartError(ctx, what, err)
-	}
-	return c, nil
+	return st, nil
+}
+
+// canDial reports, without a connection, whether the sandbox can dial
+// address on network (for Forward).
+func (s *sandbox) canDial(network, address string) error {
+	_, err := s.dialable(network, address)
+	return err
 }
 
 // Forward listens on the caller's loopback (127.0.0.1, a port of the
@@ -120,18 +140,21 @@ func Forward(ctx context.Context, v VM, network, address string) (*Forwarder, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// A dial that fails for want of a service is fine: it may come
-	// later. One that fails for any other reason makes no forward.
-	if c, err := d.DialContext(ctx, network, address); err == nil {
-		c.Close()
-	} else if errors.Is(err, ErrNotSupported) || errors.Is(err, ErrRemoved) || errors.Is(err, ErrNotCreated) || errors.As(err, new(net.UnknownNetworkError)) {
-		return nil, err
+	// Whether it can dial at all, without a connection: the service
+	// need not listen yet, and may take one connection only.
+	if c, ok := capability[interface {
+		canDial(network, address string) error
+	}](v); ok {
+		if err := c.canDial(network, address); err != nil {
+			return nil, err
+		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, err)
 	}
 	f := &Forwarder{l: l, d: d, network: network, address: address, conns: map[net.Conn]bool{}}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if s, ok := capability[interface{ holdForward(*Forwarder) bool }](v); ok && !s.holdForward(f) {
 		l.Close()
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, ErrRemoved)
@@ -149,6 +172,8 @@ type Forwarder struct {
 	network, address string
 	wg               sync.WaitGroup
 	release          func() // forgets f in its sandbox, if any
+	ctx              context.Context
+	cancel           context.CancelFunc // ends the dials in flight, at Close
 
 	mu     sync.Mutex
 	conns  map[net.Conn]bool // both ends of every pair carried
@@ -161,6 +186,7 @@ func (f *Forwarder) Addr() net.Addr { return f.l.Addr() }
 // Close closes the listener and every connection the forward carries,
 // and returns once it has stopped.
 func (f *Forwarder) Close() error {
+	f.cancel()
 	f.mu.Lock()
 	f.closed = true
 	for c := range f.conns {
@@ -223,7 +249,7 @@ func (f *Forwarder) untrack(cs ...net.Conn) {
 // has no half-close to pass a client's on with).
 func (f *Forwarder) carry(c net.Conn) {
 	defer f.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), forwardDial)
+	ctx, cancel := context.WithTimeout(f.ctx, forwardDial)
 	sc, err := f.d.DialContext(ctx, f.network, f.address)
 	cancel()
 	if err != nil {

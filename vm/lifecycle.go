@@ -360,9 +360,15 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	s.st.Store(&st)
 	defer s.d.Close() // nothing else will use what it keeps
 	// Every process of Start has ended, its handle answering at once,
-	// when Remove returns (the agent's end ends them).
+	// and every forward is closed when Remove returns: the agent's end
+	// (the first of these deferred calls to run) ends them at once.
+	forwards := s.stopHolding()
 	defer s.endProcesses(agent.KillWait)
-	s.closeForwards()
+	defer func() {
+		for _, f := range forwards {
+			f.Close()
+		}
+	}()
 	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.

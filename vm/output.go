@@ -17,23 +17,32 @@ import (
 type Output struct {
 	mu     sync.Mutex
 	cond   sync.Cond
-	buf    []byte // circular: offset o is at buf[o%len(buf)] while o >= end-len(buf)
+	size   int    // the most bytes kept
+	buf    []byte // grows to size; then circular: offset o is at buf[o%size] while o >= end-size
 	end    int64  // bytes written so far
 	closed bool   // the stream ended: no more bytes will come
 }
 
 func newOutput(size int) *Output {
-	o := &Output{buf: make([]byte, max(size, 1))}
+	o := &Output{size: max(size, 1)}
 	o.cond.L = &o.mu
 	return o
 }
 
-// Write appends p, dropping the oldest bytes past the buffer's size. It
-// never fails.
+// write appends p, dropping the oldest bytes past the buffer's size. The
+// buffer grows with what comes, up to its size: a quiet process costs
+// next to nothing.
 func (o *Output) write(p []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := int64(len(o.buf))
+	n := int64(o.size)
+	if room := o.size - len(o.buf); room > 0 {
+		// Still growing: nothing has been dropped, buf[o] is offset o.
+		k := min(room, len(p))
+		o.buf = append(o.buf, p[:k]...)
+		o.end += int64(k)
+		p = p[k:]
+	}
 	if int64(len(p)) > n {
 		o.end += int64(len(p)) - n
 		p = p[int64(len(p))-n:]
@@ -72,7 +81,7 @@ func (o *Output) Dropped() int64 {
 	return o.start()
 }
 
-func (o *Output) start() int64 { return max(0, o.end-int64(len(o.buf))) }
+func (o *Output) start() int64 { return max(0, o.end-int64(o.size)) }
 
 // Bytes returns what the buffer holds now, and the offset of its first
 // byte.
@@ -88,7 +97,7 @@ func (o *Output) Bytes() (from int64, b []byte) {
 // copyAt copies the bytes at offset off into p, all of which are in the
 // buffer; o.mu is held.
 func (o *Output) copyAt(p []byte, off int64) {
-	n := int64(len(o.buf))
+	n := int64(o.size)
 	for len(p) > 0 {
 		k := copy(p, o.buf[off%n:])
 		p, off = p[k:], off+int64(k)
@@ -121,6 +130,9 @@ type OutputReader struct {
 // ([ErrReaderClosed]). Bytes that fell out of the buffer while the reader
 // was away are skipped and counted.
 func (r *OutputReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	o := r.o
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -133,9 +145,6 @@ func (r *OutputReader) Read(p []byte) (int, error) {
 			r.off = s
 		}
 		if r.off < o.end {
-			if len(p) == 0 {
-				return 0, nil
-			}
 			n := min(int64(len(p)), o.end-r.off)
 			o.copyAt(p[:n], r.off)
 			r.off += n

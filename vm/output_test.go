@@ -127,3 +127,24 @@ func readSome(t *testing.T, r *OutputReader, n int) (string, error) {
 	k, err := r.Read(p)
 	return string(p[:k]), err
 }
+
+// The buffer grows with what comes, wraps at its size, and a zero-length
+// read returns at once.
+func TestOutputGrows(t *testing.T) {
+	t.Parallel()
+	o := newOutput(1 << 20)
+	assert.Zero(t, cap(o.buf), "a silent stream costs nothing")
+	o.write([]byte("abc"))
+	assert.Less(t, cap(o.buf), 1<<10)
+	n, err := o.Reader(0).Read(nil)
+	assert.Zero(t, n)
+	assert.NoError(t, err)
+
+	small := newOutput(5)
+	for _, w := range []string{"ab", "cdefg", "h", "ijklmnopq"} {
+		small.write([]byte(w))
+	}
+	from, b := small.Bytes()
+	assert.Equal(t, int64(12), from)
+	assert.Equal(t, "mnopq", string(b))
+}

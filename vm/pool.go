@@ -435,11 +435,12 @@ type pooledVM struct {
 	p *Pool
 }
 
-// Unwrap returns the sandbox itself.
-func (v *pooledVM) Unwrap() VM { return v.VM }
+// unwrap returns the sandbox itself.
+func (v *pooledVM) unwrap() VM { return v.VM }
 
 // capability returns v as a T: v itself, or the VM it wraps (a sandbox
-// of a Pool), as errors.As looks through wrapped errors. The wrapper's
+// of a Pool), as errors.As looks through wrapped errors (unexported, so
+// that nobody reaches a pooled sandbox behind its pool's back). The wrapper's
 // own methods (a pooled sandbox's Remove) are VM methods, never
 // capabilities, so none is bypassed.
 func capability[T any](v VM) (T, bool) {
@@ -447,12 +448,12 @@ func capability[T any](v VM) (T, bool) {
 		if t, ok := v.(T); ok {
 			return t, true
 		}
-		u, ok := v.(interface{ Unwrap() VM })
+		u, ok := v.(interface{ unwrap() VM })
 		if !ok {
 			var zero T
 			return zero, false
 		}
-		v = u.Unwrap()
+		v = u.unwrap()
 	}
 }
 

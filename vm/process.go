@@ -141,6 +141,9 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 		if p.stdin != nil {
 			p.stdinR.CloseWithError(ErrProcessDone)
 		}
+		if s.state().removed {
+			return nil, fmt.Errorf("vm: %s: %w", cmd.Name, ErrRemoved)
+		}
 		return nil, s.agentStartError(ctx, cmd.Name, err)
 	}
 	p.p = ap
@@ -151,12 +154,20 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 		})
 	}
 	s.procMu.Lock()
-	if s.live == nil {
-		s.live = map[*Process]bool{}
+	closed := s.closed
+	if !closed {
+		if s.live == nil {
+			s.live = map[*Process]bool{}
+		}
+		s.live[p] = true
 	}
-	s.live[p] = true
 	s.procMu.Unlock()
 	go p.wait()
+	if closed { // Remove began while it started: it ends with the sandbox
+		_ = ap.Kill()
+		<-p.done
+		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, ErrRemoved)
+	}
 	return p, nil
 }
 
@@ -225,7 +236,9 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // within cmd.MaxOutput() (head and tail kept), its usage, TimedOut set
 // with an error matching [context.DeadlineExceeded] when cmd.Timeout
 // killed it. When the sandbox is removed or dies first, the result holds
-// what arrived and the error says why ([ErrRemoved], [ErrUnavailable]).
+// what arrived and the error says why: [ErrRemoved] (removed through
+// the VM), else [ErrNoSuchContainer], [ErrContainerNotRunning] or
+// [ErrUnavailable].
 // When ctx ends first, Wait returns ctx's error and leaves the process
 // running; it may be called again, and always returns the same.
 func (p *Process) Wait(ctx context.Context) (*exec.Result, error) {
@@ -288,7 +301,25 @@ func (w stdinWriter) Write(b []byte) (int, error) {
 	if w.p.stdin == nil {
 		return 0, fmt.Errorf("vm: %s: stdin is Command.Stdin: %w", w.p.cmd.Name, io.ErrClosedPipe)
 	}
-	return w.p.stdin.Write(b)
+	select {
+	case <-w.p.p.Done():
+		return 0, ErrProcessDone
+	default:
+	}
+	n, err := w.p.stdin.Write(b)
+	if err != nil && isDone(w.p.p.Done()) {
+		err = ErrProcessDone
+	}
+	return n, err
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (w stdinWriter) Close() error {
@@ -324,10 +355,10 @@ var _ ProcessStarter = (*sandbox)(nil)
 // processes of Start that have not ended, and the forwards of Forward
 // that are open. Remove ends them all.
 type held struct {
-	procMu     sync.Mutex
-	live       map[*Process]bool
-	forwards   map[*Forwarder]bool
-	noForwards bool // Remove began: no more forwards
+	procMu   sync.Mutex
+	live     map[*Process]bool
+	forwards map[*Forwarder]bool
+	closed   bool // Remove began: nothing more is held
 }
 
 // holdForward makes f one of the sandbox's forwards, closed by Remove,
@@ -335,7 +366,7 @@ type held struct {
 func (s *sandbox) holdForward(f *Forwarder) bool {
 	s.procMu.Lock()
 	defer s.procMu.Unlock()
-	if s.noForwards || s.state().removed {
+	if s.closed || s.state().removed {
 		return false
 	}
 	if s.forwards == nil {
@@ -350,16 +381,15 @@ func (s *sandbox) holdForward(f *Forwarder) bool {
 	return true
 }
 
-// closeForwards closes every forward, and refuses new ones.
-func (s *sandbox) closeForwards() {
+// stopHolding makes Start and Forward refuse from now on, and returns
+// the open forwards, for Remove to close.
+func (s *sandbox) stopHolding() []*Forwarder {
 	s.procMu.Lock()
-	s.noForwards = true
+	defer s.procMu.Unlock()
+	s.closed = true
 	fs := make([]*Forwarder, 0, len(s.forwards))
 	for f := range s.forwards {
 		fs = append(fs, f)
 	}
-	s.procMu.Unlock()
-	for _, f := range fs {
-		f.Close()
-	}
+	return fs
 }

@@ -315,6 +315,11 @@ func (c *Client) route(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
+		select {
+		case <-r.started:
+			return fmt.Errorf("%w: run %d started twice", wire.ErrProtocol, f.ID)
+		default:
+		}
 		r.mu.Lock()
 		r.pid = int(m.PID)
 		r.mu.Unlock()

@@ -17,12 +17,11 @@
 // count and their strings. The agent speaks first:
 //
 //	Hello    a→c  id 0   version, pid, uid, gid, GOARCH, Go release, working dir
-//	Start    c→a  id n   argv, env, dir, user: run n begins
+//	Start    c→a  id n   argv, env, dir, user, and a terminal's rows and cols: run n begins
 //	Started  a→c  id n   the command's pid: it runs (before any Exit of n)
 //	Signal   c→a  id n   a signal for the command's process group, while it lives
 //	Dial     c→a  id n   network, address, wait: run n is a connection the agent makes
 //	Resize   c→a  id n   rows, cols of run n's terminal (a Start with TTY set)
-
 //	Stdin    c→a  id n   bytes for the command; an empty payload is EOF
 //	Stdout   a→c  id n   bytes the command wrote
 //	Stderr   a→c  id n   bytes the command wrote

@@ -43,6 +43,13 @@ func processCases(h Harness) []testCase {
 				marker := strconv.FormatInt(time.Now().UnixNano()%1e9+1e9, 10)
 				p := start(ctx, t, v, sh(`setsid sh -c 'sleep $1; :' escapee "$1" & echo ready; exec sleep $1`, marker))
 				waitFor(t, p.Stdout(), "ready\n")
+				// The escapee must be there for Kill to prove anything.
+				for deadline := time.Now().Add(30 * time.Second); strings.Count(sandboxPS(ctx, t, v), marker) < 2; {
+					if time.Now().After(deadline) {
+						t.Fatalf("the escapee never started:\n%s", sandboxPS(ctx, t, v))
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
 				if err := p.Kill(); err != nil {
 					t.Fatalf("Kill: %v", err)
 				}
@@ -58,7 +65,7 @@ func processCases(h Harness) []testCase {
 		{Name: "process/timeout", Promise: "a process's Timeout kills it: Wait reports TimedOut and DeadlineExceeded",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				cmd := sh(`echo started; exec sleep 3041`)
-				cmd.Timeout = 300 * time.Millisecond
+				cmd.Timeout = 2 * time.Second
 				began := time.Now()
 				p := start(ctx, t, v, cmd)
 				res, err := p.Wait(ctx)
@@ -316,6 +323,7 @@ func terminalShell(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	}
 	time.Sleep(50 * time.Millisecond) // the shell hands it the terminal
 	typed("\x03")
+	deadline = time.Now().Add(30 * time.Second)
 	for strings.Contains(sandboxPS(ctx, t, v), marker) {
 		if time.Now().After(deadline) {
 			t.Fatal("^C left the foreground job running")
