@@ -104,8 +104,13 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		outW.CloseWithError(why)
 	}()
 	go func() {
-		// The gate: written once the stream is up, whenever that is.
-		_, _ = inW.Write([]byte("\n"))
+		// The gate's line, once its first dot came through this attach:
+		// the container runs and the attach reaches it (pod.go's gate).
+		select {
+		case <-first.seen:
+			_, _ = inW.Write([]byte("\n"))
+		case <-s.done:
+		}
 	}()
 	select {
 	case <-first.seen:
@@ -114,7 +119,7 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		d.mu.Lock()
 		d.held[id] = s
 		d.mu.Unlock()
-		return &attached{s: s, in: inW, out: outR}, nil
+		return &attached{s: s, in: inW, out: &dotless{r: outR}}, nil
 	case <-s.done:
 		s.Close() // the gate's writer is blocked on the pipe
 		if s.err == nil {
@@ -127,12 +132,38 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	}
 }
 
-// attached is Main's stdio as a stream: reads are its stdout, writes its
-// stdin.
+// attached is Main's stdio as a stream: reads are its stdout (the
+// agent's, the gate's dots dropped), writes its stdin.
 type attached struct {
 	s   *stream
 	in  *io.PipeWriter
-	out *io.PipeReader
+	out io.Reader
+}
+
+// dotless reads r but for the dots it starts with (the gate's).
+type dotless struct {
+	r    io.Reader
+	past bool // the first byte that is not a dot has been read
+}
+
+func (d *dotless) Read(p []byte) (int, error) {
+	for {
+		n, err := d.r.Read(p)
+		if d.past || n == 0 {
+			return n, err
+		}
+		i := 0
+		for i < n && p[i] == '.' {
+			i++
+		}
+		if i < n {
+			d.past = true
+			return copy(p, p[i:n]), err
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }
 
 func (a *attached) Read(p []byte) (int, error) { return a.out.Read(p) }

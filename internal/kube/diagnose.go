@@ -120,7 +120,7 @@ func missingProgram(podName string, st corev1.ContainerStatus) error {
 		return nil
 	}
 	msg := msgs[i]
-	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
+	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, sleep, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
 }
 
 // describe says where pod p is, for an error after a wait timed out.

@@ -34,14 +34,21 @@ const (
 	agentVolume = "podvm-agent"
 )
 
-// gate is what PID 1 of Main runs before the agent: it waits for one line
-// on stdin, which [Driver.Attach] writes once attached. The agent speaks
-// first, and Kubernetes can only attach to a container that runs: without
-// the gate its handshake would be written before anyone listens, and lost.
-// It needs /bin/sh in the image (as the install container needs tar), and
-// takes out the variables sh itself exports (SHLVL, PWD): the agent's
-// environment, every command's base, is the container's.
-const gate = `read -r _ && unset SHLVL PWD OLDPWD && exec "$0" "$@"`
+// gate is what PID 1 of Main runs before the agent: it writes a dot on
+// stdout every 50 ms until it reads one line on stdin, which
+// [Driver.Attach] writes once a dot has come through its attach; the
+// dots are dropped before the agent's handshake. The agent speaks first,
+// and Kubernetes can only attach to a container that runs: without the
+// gate its handshake would be written before anyone listens, and lost.
+// And an attach made while the container is not running yet is upgraded
+// and then reset: a write of its stdin meeting the reset is logged by
+// client-go on the process's stderr, so Attach writes nothing until a
+// dot proves the attach reaches the running gate. It needs /bin/sh and
+// sleep in the image (as the install container needs tar), and takes out
+// the variables sh itself exports (SHLVL, PWD): the agent's environment,
+// every command's base, is the container's. The dots' writer is dead
+// (waited for) before the agent starts.
+const gate = `(while :; do printf .; sleep 0.05; done) & t=$!; read -r _; kill $t; wait $t 2>/dev/null; unset SHLVL PWD OLDPWD; exec "$0" "$@"`
 
 // Options are what the driver adds to a Spec: where and how its pods run.
 type Options struct {

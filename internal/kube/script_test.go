@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -406,5 +407,55 @@ func TestMarkedStop(t *testing.T) {
 			assert.Equal(t, c.out, out.String())
 			assert.Equal(t, c.stopped, s.wasStopped())
 		})
+	}
+}
+
+// The gate writes dots until it reads its line, then execs the agent:
+// every dot comes before the agent's first byte, on every shell.
+func TestGate(t *testing.T) {
+	t.Parallel()
+	for _, shell := range shells(t) {
+		t.Run(shell[len(shell)-1], func(t *testing.T) {
+			t.Parallel()
+			cmd := osexec.Command(shell[0], append(shell[1:], "-c", gate, "/bin/echo", "agent")...)
+			inR, inW := io.Pipe()
+			cmd.Stdin = inR
+			var out testkit.LockedBuffer
+			cmd.Stdout = &out
+			require.NoError(t, cmd.Start())
+			require.Eventually(t, func() bool { return strings.Count(out.String(), ".") >= 2 }, 10*time.Second, 5*time.Millisecond, "dots while it waits")
+			_, err := io.WriteString(inW, "\n")
+			require.NoError(t, err)
+			inW.Close() // os/exec's copy of stdin ends
+			require.NoError(t, cmd.Wait())
+			got := out.String()
+			assert.Regexp(t, `^\.+agent\n$`, got)
+			r := &dotless{r: strings.NewReader(got)}
+			rest, err := io.ReadAll(r)
+			require.NoError(t, err)
+			assert.Equal(t, "agent\n", string(rest))
+		})
+	}
+}
+
+// dotless drops the leading dots whatever the reads' sizes, and nothing
+// after.
+func TestDotless(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{1, 2, 3, 64} {
+		r := &dotless{r: iotest.OneByteReader(strings.NewReader("....\x01.x."))}
+		if size > 1 {
+			r = &dotless{r: strings.NewReader("....\x01.x.")}
+		}
+		var got []byte
+		p := make([]byte, size)
+		for {
+			n, err := r.Read(p)
+			got = append(got, p[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		assert.Equal(t, "\x01.x.", string(got), "reads of %d", size)
 	}
 }

@@ -8,7 +8,7 @@
 // ~/.kube/config, else the in-cluster service account; the namespace is
 // the context's unless [WithNamespace] names one. No registry is needed
 // for podvm itself: the agent reaches the pod through an init container
-// of the sandbox's own image (which must have /bin/sh and tar, and cat
+// of the sandbox's own image (which must have /bin/sh, sleep and tar, and cat
 // for the exec path; busybox will do, and Create fails with
 // [vm.ErrNotSupported] naming what an image lacks), attached to and fed
 // the agent's tar stream.
