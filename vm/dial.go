@@ -86,10 +86,20 @@ func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) 
 		return nil, err
 	}
 	what := "dial " + network + " " + address
+	if !s.reserve(&s.conns, MaxConnections) {
+		return nil, fmt.Errorf("%w: vm: %s: %d connections are open to this sandbox, the most it holds (vm.MaxConnections)", ErrLimit, what, MaxConnections)
+	}
 	c, err := st.agent.Dial(ctx, network, address, wait)
-	switch {
-	case err == nil:
+	if err == nil {
+		// Counted until the connection ends, whoever ends it.
+		go func() {
+			<-c.(interface{ Done() <-chan struct{} }).Done()
+			s.release(&s.conns)
+		}()
 		return c, nil
+	}
+	s.release(&s.conns)
+	switch {
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("vm: %s: %w", what, ctx.Err())
 	case s.state().removed:

@@ -24,6 +24,21 @@ import (
 // the process has ended, as [os.ErrProcessDone] is.
 var ErrProcessDone = errors.New("vm: process already finished")
 
+// ErrLimit is returned by [Start] and [Dial] (and closes a connection
+// [Forward] accepted) when the sandbox already holds as many processes
+// ([MaxProcesses]) or connections ([MaxConnections]) as it may.
+var ErrLimit = errors.New("vm: limit reached")
+
+// The most a sandbox holds at once for its caller. Each process of
+// [Start] costs the sandbox a supervising process of the agent (8
+// threads, which its pids limit counts: 64 of them fit under
+// [DefaultPids] with room for their commands) and the caller up to two
+// output windows of 1 MiB; each connection one window each way.
+const (
+	MaxProcesses   = 64
+	MaxConnections = 256
+)
+
 // ProcessStarter is implemented by a [VM] that can start processes and
 // hold them by handle: every sandbox with podvm's agent (not
 // [Config.PodmanExec]). [Start] and [Processes] call it.
@@ -122,6 +137,15 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, err)
 	}
+	if !s.reserve(&s.procs, MaxProcesses) {
+		return nil, fmt.Errorf("%w: vm: %s: %d processes of vm.Start live in this sandbox, the most it holds (vm.MaxProcesses)", ErrLimit, cmd.Name, MaxProcesses)
+	}
+	started := false
+	defer func() {
+		if !started {
+			s.release(&s.procs)
+		}
+	}()
 	p := &Process{cmd: cmd, tty: o.tty, s: s, start: time.Now(), done: make(chan struct{})}
 	var w [2]io.Writer
 	for i, live := range []io.Writer{cmd.Stdout, cmd.Stderr} {
@@ -162,6 +186,7 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 		s.live[p] = true
 	}
 	s.procMu.Unlock()
+	started = true // released by wait
 	go p.wait()
 	if closed { // Remove began while it started: it ends with the sandbox
 		_ = ap.Kill()
@@ -219,6 +244,7 @@ func (p *Process) wait() {
 	p.s.procMu.Lock()
 	delete(p.s.live, p)
 	p.s.procMu.Unlock()
+	p.s.release(&p.s.procs)
 	close(p.done)
 }
 
@@ -359,6 +385,26 @@ type held struct {
 	live     map[*Process]bool
 	forwards map[*Forwarder]bool
 	closed   bool // Remove began: nothing more is held
+	procs    int  // processes started or starting, for MaxProcesses
+	conns    int  // connections open or opening, for MaxConnections
+}
+
+// reserve counts one more against limit in *n, unless *n is at it.
+func (h *held) reserve(n *int, limit int) bool {
+	h.procMu.Lock()
+	defer h.procMu.Unlock()
+	if *n >= limit {
+		return false
+	}
+	*n++
+	return true
+}
+
+// release counts one less in *n.
+func (h *held) release(n *int) {
+	h.procMu.Lock()
+	*n--
+	h.procMu.Unlock()
 }
 
 // holdForward makes f one of the sandbox's forwards, closed by Remove,

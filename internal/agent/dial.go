@@ -74,6 +74,10 @@ func (c *conn) Close() error {
 	return nil
 }
 
+// Done is closed once the connection has ended on the agent's side (the
+// sandbox's end closed it, Close did, or the channel ended).
+func (c *conn) Done() <-chan struct{} { return c.r.ended }
+
 func (c *conn) LocalAddr() net.Addr  { return addr{"podvm-agent", "agent"} }
 func (c *conn) RemoteAddr() net.Addr { return c.remote }
 

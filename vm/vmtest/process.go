@@ -179,6 +179,77 @@ func processCases(h Harness) []testCase {
 				}
 				return nil
 			}},
+		{Name: "process/flood", Promise: "a process flooding its output with nobody reading is never held back, and memory stays bounded: the ring drops its head, the result keeps head and tail",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				cmd := exec.Command{Name: "cat", Args: []string{"/dev/zero"}, MaxOutputBytes: 64 << 10}
+				p := start(ctx, t, v, cmd)
+				deadline := time.Now().Add(60 * time.Second)
+				for p.Stdout().Len() < 32<<20 {
+					if time.Now().After(deadline) {
+						t.Fatalf("after 60 s only %d bytes came: the flood was held back", p.Stdout().Len())
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				if from, b := p.Stdout().Bytes(); from == 0 || len(b) > 64<<10 {
+					t.Errorf("the ring holds %d bytes from %d; want at most 64 KiB, its head dropped", len(b), from)
+				}
+				if err := p.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				res, err := p.Wait(ctx)
+				if err != nil || res.StdoutBytes < 32<<20 || !res.Truncated || len(res.Stdout) > 64<<10 {
+					t.Fatalf("Wait: %d bytes counted, %d kept, truncated %v, %v", res.StdoutBytes, len(res.Stdout), res.Truncated, err)
+				}
+				return []observation{outcome("flood", "bounded")}
+			}},
+		{Name: "process/stdin-unread", Promise: "a write to the stdin of a process that never reads blocks, and returns ErrProcessDone once the process is killed",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				p := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3081"}})
+				wrote := make(chan error, 1)
+				go func() {
+					_, err := p.Stdin().Write(make([]byte, 16<<20))
+					wrote <- err
+				}()
+				select {
+				case err := <-wrote:
+					t.Fatalf("16 MiB written to a stdin nobody reads: %v", err)
+				case <-time.After(500 * time.Millisecond):
+				}
+				if err := p.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-wrote:
+					if !errors.Is(err, vm.ErrProcessDone) {
+						t.Errorf("the blocked write: %v; want ErrProcessDone", err)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("the blocked write still blocks 30 s after the kill")
+				}
+				return []observation{outcome("stdin-unread", "released")}
+			}},
+		{Name: "process/limit", Promise: "a sandbox holds vm.MaxProcesses processes; one more is refused with ErrLimit, saying so, until one ends",
+			Deadline: 2 * time.Minute,
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				var held []*vm.Process
+				for range vm.MaxProcesses {
+					held = append(held, start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3071"}}))
+				}
+				_, err := vm.Start(ctx, v, exec.Command{Name: "true"})
+				if !errors.Is(err, vm.ErrLimit) || !strings.Contains(err.Error(), "vm.MaxProcesses") {
+					t.Fatalf("Start past the limit: %v; want ErrLimit naming vm.MaxProcesses", err)
+				}
+				if err := held[0].Kill(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := held[0].Wait(ctx); err != nil {
+					t.Fatal(err)
+				}
+				p := start(ctx, t, v, exec.Command{Name: "true"})
+				res, err := p.Wait(ctx)
+				want(t, res, err, "", "", 0)
+				return []observation{observe("limit", nil, vm.ErrLimit)}
+			}},
 		{Name: "process/removed", Promise: "Remove ends every process; its handle then answers at once",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				p := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3051"}})

@@ -63,6 +63,42 @@ func serviceCases() []testCase {
 				}
 				return []observation{outcome("forward", "served")}
 			}},
+		{Name: "service/limit", Promise: "a sandbox holds vm.MaxConnections connections; one more is refused with ErrLimit until one ends",
+			Deadline: 2 * time.Minute,
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				addr := httpd(ctx, t, v, "limit")
+				var conns []net.Conn
+				defer func() {
+					for _, c := range conns {
+						c.Close()
+					}
+				}()
+				for range vm.MaxConnections {
+					c, err := vm.Dial(ctx, v, "tcp", addr)
+					if err != nil {
+						t.Fatalf("connection %d: %v", len(conns), err)
+					}
+					conns = append(conns, c)
+				}
+				_, err := vm.Dial(ctx, v, "tcp", addr)
+				if !errors.Is(err, vm.ErrLimit) {
+					t.Fatalf("a dial past the limit: %v; want ErrLimit", err)
+				}
+				conns[0].Close()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					c, err := vm.Dial(ctx, v, "tcp", addr)
+					if err == nil {
+						conns[0] = c
+						break
+					}
+					if !errors.Is(err, vm.ErrLimit) || time.Now().After(deadline) {
+						t.Fatalf("a dial after one closed: %v", err)
+					}
+					time.Sleep(10 * time.Millisecond) // the close reaches the agent and back
+				}
+				return []observation{observe("limit", nil, vm.ErrLimit)}
+			}},
 		{Name: "service/removed", Promise: "Remove closes the sandbox's connections and forwards",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				addr := httpd(ctx, t, v, "removed")

@@ -115,7 +115,7 @@ var sentinels = []error{
 	exec.ErrInvalidCommand, exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound, exec.ErrNotAllowed, exec.ErrUnsupported,
 	vm.ErrInvalidConfig, vm.ErrNotCreated, vm.ErrAlreadyCreated, vm.ErrRemoved, vm.ErrNoSuchContainer,
 	vm.ErrContainerNotRunning, vm.ErrImageNotFound, vm.ErrNameInUse, vm.ErrUnavailable, vm.ErrNotSupported,
-	context.DeadlineExceeded, context.Canceled, vm.ErrPodman,
+	vm.ErrLimit, vm.ErrProcessDone, context.DeadlineExceeded, context.Canceled, vm.ErrPodman,
 }
 
 // Observe records res and err: Duration is dropped, err is reduced to the
