@@ -40,8 +40,8 @@ func startIn(t *testing.T, r *Run) *osexec.Cmd {
 	return c
 }
 
-// ended waits for c, at most ten seconds, and returns how it ended.
-func ended(t *testing.T, c *osexec.Cmd) syscall.WaitStatus {
+// waitStatus waits for c, at most ten seconds, and returns how it ended.
+func waitStatus(t *testing.T, c *osexec.Cmd) syscall.WaitStatus {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { c.Wait(); close(done) }()
@@ -90,7 +90,7 @@ func TestFinishKillsAndRemoves(t *testing.T) {
 	if user < 0 || system < 0 {
 		t.Errorf("usage %v %v", user, system)
 	}
-	if ws := ended(t, c); ws.Signal() != syscall.SIGKILL {
+	if ws := waitStatus(t, c); ws.Signal() != syscall.SIGKILL {
 		t.Errorf("the process in the cgroup ended with %v, want SIGKILL", ws)
 	}
 	gone(t, r.dir)
@@ -182,8 +182,8 @@ func TestFindSweepsDeadCallers(t *testing.T) {
 	if _, err := Find(p.dir); err != nil {
 		t.Fatal(err)
 	}
-	ended(t, c)
-	ended(t, rc)
+	waitStatus(t, c)
+	waitStatus(t, rc)
 	t.Logf("swept in %v", time.Since(start))
 	gone(t, orphan.dir)
 	gone(t, replaced.dir)
