@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -98,6 +99,41 @@ func serviceCases() []testCase {
 					time.Sleep(10 * time.Millisecond) // the close reaches the agent and back
 				}
 				return []observation{observe("limit", nil, vm.ErrLimit)}
+			}},
+		{Name: "service/silent", Promise: "a service that accepts and never answers holds a read only until its deadline; Close returns at once",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const addr = "127.0.0.1:18081"
+				// nc accepts one connection and, its stdin never ending,
+				// says nothing.
+				srv := start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-l", "-p", "18081"}})
+				defer srv.Kill()
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				d, ok := v.(vm.ServiceDialer)
+				if !ok {
+					t.Fatalf("%T started a process but dials nothing", v)
+				}
+				c, err := d.DialListening(wctx, "tcp", addr) // one dial: nc takes one connection
+				if err != nil {
+					t.Fatalf("DialListening: %v", err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				began := time.Now()
+				_, err = c.Read(make([]byte, 1))
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Errorf("a read from a silent service: %v; want the deadline's error", err)
+				}
+				if d := time.Since(began); d > 10*time.Second {
+					t.Errorf("the read returned after %v", d)
+				}
+				began = time.Now()
+				if err := c.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				if d := time.Since(began); d > 5*time.Second {
+					t.Errorf("Close took %v", d)
+				}
+				return []observation{outcome("silent", "deadline")}
 			}},
 		{Name: "service/removed", Promise: "Remove closes the sandbox's connections and forwards",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
