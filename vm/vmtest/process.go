@@ -49,12 +49,7 @@ func processCases(h Harness) []testCase {
 				p := start(ctx, t, v, sh(`setsid sh -c 'sleep $1; :' escapee "$1" & echo ready; exec sleep $1`, marker))
 				waitFor(t, p.Stdout(), "ready\n")
 				// The escapee must be there for Kill to prove anything.
-				for deadline := time.Now().Add(30 * time.Second); strings.Count(sandboxPS(ctx, t, v), marker) < 2; {
-					if time.Now().After(deadline) {
-						t.Fatalf("the escapee never started:\n%s", sandboxPS(ctx, t, v))
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				waitPS(ctx, t, v, "the escapee to start", func(ps string) bool { return strings.Count(ps, marker) >= 2 })
 				if err := p.Kill(); err != nil {
 					t.Fatalf("Kill: %v", err)
 				}
@@ -247,9 +242,9 @@ func processCases(h Harness) []testCase {
 					t.Fatal(err)
 				}
 				p := start(ctx, t, v, exec.Command{Name: "true"})
-				res, err := p.Wait(ctx)
-				want(t, res, err, "", "", 0)
-				return []observation{observe("limit", nil, vm.ErrLimit)}
+				res, werr := p.Wait(ctx)
+				want(t, res, werr, "", "", 0)
+				return []observation{observe("past the limit", nil, err)}
 			}},
 		{Name: "process/removed", Promise: "Remove ends every process; its handle then answers at once",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
@@ -335,6 +330,19 @@ func start(ctx context.Context, t *testing.T, v vm.VM, cmd exec.Command) *vm.Pro
 	return p
 }
 
+// waitPS waits, 30 s at most, for the sandbox's process list to satisfy
+// ok, failing t with what it waited for.
+func waitPS(ctx context.Context, t *testing.T, v vm.VM, what string, ok func(ps string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for ps := sandboxPS(ctx, t, v); !ok(ps); ps = sandboxPS(ctx, t, v) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s:\n%s", what, ps)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // waitFor waits, 30 s at most, for o to hold want from its start.
 func waitFor(t *testing.T, o *vm.Output, want string) {
 	t.Helper()
@@ -391,22 +399,10 @@ func terminalShell(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	seen("40 120\r\n")
 	marker := strconv.FormatInt(time.Now().UnixNano()%1e9+1e9, 10)
 	typed("sleep " + marker + "\n")
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(sandboxPS(ctx, t, v), marker) {
-		if time.Now().After(deadline) {
-			t.Fatal("the job never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitPS(ctx, t, v, "the job to start", func(ps string) bool { return strings.Contains(ps, marker) })
 	time.Sleep(50 * time.Millisecond) // the shell hands it the terminal
 	typed("\x03")
-	deadline = time.Now().Add(30 * time.Second)
-	for strings.Contains(sandboxPS(ctx, t, v), marker) {
-		if time.Now().After(deadline) {
-			t.Fatal("^C left the foreground job running")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitPS(ctx, t, v, "^C to end the foreground job", func(ps string) bool { return !strings.Contains(ps, marker) })
 	typed("echo after-$?\n")
 	seen("after-130")
 	typed("exit 5\n")

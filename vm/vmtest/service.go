@@ -81,9 +81,9 @@ func serviceCases() []testCase {
 					}
 					conns = append(conns, c)
 				}
-				_, err := vm.Dial(ctx, v, "tcp", addr)
-				if !errors.Is(err, vm.ErrLimit) {
-					t.Fatalf("a dial past the limit: %v; want ErrLimit", err)
+				_, past := vm.Dial(ctx, v, "tcp", addr)
+				if !errors.Is(past, vm.ErrLimit) {
+					t.Fatalf("a dial past the limit: %v; want ErrLimit", past)
 				}
 				conns[0].Close()
 				deadline := time.Now().Add(10 * time.Second)
@@ -98,7 +98,7 @@ func serviceCases() []testCase {
 					}
 					time.Sleep(10 * time.Millisecond) // the close reaches the agent and back
 				}
-				return []observation{observe("limit", nil, vm.ErrLimit)}
+				return []observation{observe("past the limit", nil, past)}
 			}},
 		{Name: "service/silent", Promise: "a service that accepts and never answers holds a read only until its deadline; Close returns at once",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
