@@ -14,7 +14,7 @@
 # How:
 #  - apt installs runc, containernetworking-plugins, busybox-static, iptables,
 #    openssl, curl (and gcc, once, for the pause image). containerd and etcd
-#    are `apt-get download`ed and unpacked with `dpkg-deb -x`: installing them
+#    are `apt-get -o DPkg::Lock::Timeout=300 download`ed and unpacked with `dpkg-deb -x`: installing them
 #    would start system services.
 #  - testdata/kube/build is a wrapper module that requires k8s.io/kubernetes
 #    and replaces its k8s.io/* staging modules with their published versions;
@@ -180,10 +180,10 @@ if [ -n "$need" ]; then
 		die "missing:$need (Debian's package names); install them and run again"
 	log "installing:$need"
 	export DEBIAN_FRONTEND=noninteractive
-	apt_lists_fresh || apt-get update -q >&2
+	apt_lists_fresh || apt-get -o DPkg::Lock::Timeout=300 update -q >&2
 	# shellcheck disable=SC2086 # a word list
-	apt-get install -y -q --no-install-recommends $need >&2 ||
-		{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $need >&2; }
+	apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >&2 ||
+		{ apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >&2; }
 fi
 
 # containerd and etcd, unpacked, not installed: no service starts.
@@ -192,9 +192,9 @@ if [ ! -x "$DEB/usr/bin/containerd" ] || [ ! -x "$DEB/usr/bin/etcd" ]; then
 	rm -rf "$DEB.new"
 	mkdir -p "$DEB.new/debs"
 	# _apt cannot write here: download as root.
-	dl() { (cd "$DEB.new/debs" && apt-get download -q -o APT::Sandbox::User=root containerd etcd-server >&2); }
-	dl || { apt-get update -q >&2 && dl; } ||
-		die "apt-get download containerd etcd-server failed"
+	dl() { (cd "$DEB.new/debs" && apt-get -o DPkg::Lock::Timeout=300 download -q -o APT::Sandbox::User=root containerd etcd-server >&2); }
+	dl || { apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && dl; } ||
+		die "apt-get -o DPkg::Lock::Timeout=300 download containerd etcd-server failed"
 	for d in "$DEB.new"/debs/*.deb; do dpkg-deb -x "$d" "$DEB.new"; done
 	rm -rf "$DEB.new/debs" "$DEB"
 	mv "$DEB.new" "$DEB"

@@ -46,13 +46,13 @@ if [ -n "$need" ]; then
 		# Refresh the package lists only when they are missing or older than a
 		# day, and once more if the install still fails (lists gone stale).
 		if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null | head -n 1)" ]; then
-			apt-get update -q >&2
+			apt-get -o DPkg::Lock::Timeout=300 update -q >&2
 		fi
 		# shellcheck disable=SC2086 # $need is a word list
-		apt-get install -y -q --no-install-recommends $need >&2 ||
-			{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $need >&2; }
+		apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >&2 ||
+			{ apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >&2; }
 	else
-		die "missing:$need. On Debian/Ubuntu: sudo apt-get install -y --no-install-recommends$need; elsewhere the equivalent packages (busybox statically linked, at /bin/busybox)."
+		die "missing:$need. On Debian/Ubuntu: sudo apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends$need; elsewhere the equivalent packages (busybox statically linked, at /bin/busybox)."
 	fi
 fi
 

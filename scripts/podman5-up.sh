@@ -111,10 +111,10 @@ build_rootfs() {
 		if [ -r /etc/debian_version ] && command -v apt-get >/dev/null; then
 			log "installing debootstrap"
 			export DEBIAN_FRONTEND=noninteractive
-			apt-get install -y -q --no-install-recommends debootstrap >&2 ||
-				{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends debootstrap >&2; }
+			apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends debootstrap >&2 ||
+				{ apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends debootstrap >&2; }
 		else
-			die "debootstrap not found. On Debian/Ubuntu: sudo apt-get install -y --no-install-recommends debootstrap; elsewhere your distribution's debootstrap package."
+			die "debootstrap not found. On Debian/Ubuntu: sudo apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends debootstrap; elsewhere your distribution's debootstrap package."
 		fi
 	fi
 	log "building a trixie rootfs in $RFS (a few minutes; log: $S5/rootfs.log)"
@@ -128,9 +128,9 @@ build_rootfs() {
 		printf "#!/bin/sh\nexit 101\n" >"$new/usr/sbin/policy-rc.d" # no init: start no service
 		chmod 755 "$new/usr/sbin/policy-rc.d"
 		mountpoint -q "$new/proc" || mount -t proc proc "$new/proc"
-		chroot "$new" apt-get update -q
+		chroot "$new" apt-get -o DPkg::Lock::Timeout=300 update -q
 		chroot "$new" env DEBIAN_FRONTEND=noninteractive \
-			apt-get install -y -q --no-install-recommends $packages
+			apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $packages
 		chroot "$new" apt-get clean
 		rm -rf "$new"/var/lib/apt/lists/* # tens of MB, stale by the next build anyway
 		chroot "$new" dpkg-query -W $packages

@@ -44,8 +44,8 @@ if [ -n "$need" ]; then
 	log "installing:$need"
 	export DEBIAN_FRONTEND=noninteractive
 	# shellcheck disable=SC2086 # a word list
-	apt-get install -y -q --no-install-recommends $need >&2 ||
-		{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $need >&2; }
+	apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >&2 ||
+		{ apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >&2; }
 fi
 
 if ! id -u "$RUSER" >/dev/null 2>&1; then

@@ -83,10 +83,10 @@ if [ ! -x "$SSHD" ]; then
 	printf '#!/bin/sh\nexit 101\n' >"$POLICY"
 	chmod 755 "$POLICY"
 	if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null | head -n 1)" ]; then
-		apt-get update -q >&2
+		apt-get -o DPkg::Lock::Timeout=300 update -q >&2
 	fi
-	apt-get install -y -q --no-install-recommends openssh-server >&2 ||
-		{ apt-get update -q >&2 && apt-get install -y -q --no-install-recommends openssh-server >&2; }
+	apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends openssh-server >&2 ||
+		{ apt-get -o DPkg::Lock::Timeout=300 update -q >&2 && apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends openssh-server >&2; }
 	restore
 	trap - EXIT INT TERM HUP
 	[ -x "$SSHD" ] || die "openssh-server installed no $SSHD"
