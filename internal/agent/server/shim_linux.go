@@ -64,7 +64,7 @@ func shimMain() int {
 	// waits for the run and answers. Neither hands a result to the
 	// other on the way back, which keeps the round trip short.
 	var killed atomic.Bool
-	var cmd atomic.Int64 // the command's pid (its group's) until it is reaped; 0 when none
+	var cmd running
 	pids := make(chan int)
 	reaperDone := make(chan struct{})
 	go func() {
@@ -97,7 +97,7 @@ func shimMain() int {
 				}
 				continue
 			}
-			cmd.Store(int64(pid))
+			cmd.set(pid)
 			// Before the reaper has the pid, so before the run's Exit.
 			if sendf(wire.Frame{Type: wire.Started, Payload: wire.StartedMsg{PID: uint32(pid)}.Encode()}) != nil {
 				killed.Store(true)
@@ -107,8 +107,8 @@ func shimMain() int {
 		case wire.Signal:
 			closeAll(fds)
 			m, err := wire.DecodeSignal(f.Payload)
-			if pid := cmd.Load(); err == nil && pid > 0 && m.Signo > 0 {
-				_ = unix.Kill(-int(pid), unix.Signal(m.Signo))
+			if err == nil && m.Signo > 0 {
+				_ = cmd.signal(unix.Signal(m.Signo))
 			}
 		case wire.Kill:
 			closeAll(fds)
@@ -153,12 +153,71 @@ func startRun(f wire.Frame, fds []int) (int, wire.ExitMsg) {
 	return pid, wire.ExitMsg{}
 }
 
+// errNotRunning is [running.signal]'s error when there is no command.
+var errNotRunning = errors.New("no command running")
+
+// running is the command of the run in flight as Signal frames see it:
+// its pid, which is its group's, from its start until it is reaped; 0
+// when there is none. The pid is cleared under the lock that reaps it
+// and signalled under that lock, so a signal reaches the live command or
+// nothing: never a group that has since taken the freed pid. No wait
+// that blocks holds the lock, so a signal never waits for a command.
+type running struct {
+	mu  sync.Mutex
+	pid int
+}
+
+// set makes pid the command that signal reaches.
+func (r *running) set(pid int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pid = pid
+}
+
+// signal sends sig to the command's process group: kill's error, or
+// errNotRunning when the command has been reaped or there is none.
+func (r *running) signal(sig unix.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pid == 0 {
+		return errNotRunning
+	}
+	return unix.Kill(-r.pid, sig)
+}
+
+// reap reaps a child that has exited, if any, as wait4(-1, WNOHANG)
+// does, and forgets the command if that child is it.
+func (r *running) reap(ws *unix.WaitStatus, ru *unix.Rusage) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := unix.Wait4(-1, ws, unix.WNOHANG, ru)
+	if err == nil && pid > 0 && pid == r.pid {
+		r.pid = 0
+	}
+	return pid, err
+}
+
+// wait blocks until a child has exited, then reaps one as reap does. It
+// blocks in waitid with WNOWAIT, which leaves the child unreaped, without
+// the lock.
+func (r *running) wait(ws *unix.WaitStatus, ru *unix.Rusage) (int, error) {
+	for {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+			return 0, err
+		}
+		if pid, err := r.reap(ws, ru); err != nil || pid > 0 {
+			return pid, err
+		}
+	}
+}
+
 // reapRun reaps every process of the run until none is left: first the
 // command, then, having killed whatever it left behind, the rest. It
 // adds up the kernel's usage of every process it reaps (each one's
-// includes the descendants that process reaped itself). It clears live,
-// the command's pid for Signal frames, once the command is reaped.
-func reapRun(cmd int, live *atomic.Int64) wire.ExitMsg {
+// includes the descendants that process reaped itself). It reaps through
+// live, which forgets the command as it reaps it.
+func reapRun(cmd int, live *running) wire.ExitMsg {
 	var ex wire.ExitMsg
 	var killErr error
 	cmdDone := false
@@ -167,7 +226,6 @@ func reapRun(cmd int, live *atomic.Int64) wire.ExitMsg {
 		ex.SystemCPU += ru.Stime.Nano()
 		ex.PeakRSS = max(ex.PeakRSS, ru.Maxrss*1024)
 		if pid == cmd {
-			live.Store(0)
 			cmdDone = true
 			switch {
 			case ws.Exited():
@@ -180,10 +238,10 @@ func reapRun(cmd int, live *atomic.Int64) wire.ExitMsg {
 	for {
 		var ws unix.WaitStatus
 		var ru unix.Rusage
-		flags := 0
+		wait := live.wait
 		if cmdDone && ex.Leftovers == 0 && killErr == nil {
 			// Usually nothing is left: ECHILD at once, no walk of /proc.
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+			pid, err := live.reap(&ws, &ru)
 			if errors.Is(err, unix.ECHILD) {
 				return ex
 			}
@@ -202,9 +260,9 @@ func reapRun(cmd int, live *atomic.Int64) wire.ExitMsg {
 			if err != nil && killErr == nil {
 				killErr = err
 			}
-			flags = unix.WNOHANG
+			wait = live.reap
 		}
-		pid, err := unix.Wait4(-1, &ws, flags, &ru)
+		pid, err := wait(&ws, &ru)
 		switch {
 		case errors.Is(err, unix.EINTR):
 		case errors.Is(err, unix.ECHILD):
@@ -213,19 +271,19 @@ func reapRun(cmd int, live *atomic.Int64) wire.ExitMsg {
 			}
 			return ex
 		case err != nil:
-			ex.Msg = "wait4: " + err.Error()
+			ex.Msg = "waiting for the run's processes: " + err.Error()
 			return ex
 		case pid > 0:
 			account(pid, ws, &ru)
 			for { // reap whatever else is ready before walking the tree again
-				pid, err = unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+				pid, err = live.reap(&ws, &ru)
 				if err != nil || pid <= 0 {
 					break
 				}
 				account(pid, ws, &ru)
 			}
-		default: // WNOHANG and nothing ready yet
-			pid, err = unix.Wait4(-1, &ws, 0, &ru)
+		default: // reap, and nothing ready yet
+			pid, err = live.wait(&ws, &ru)
 			if err == nil && pid > 0 {
 				account(pid, ws, &ru)
 			}
