@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/podvm/podvm/internal/agent/wire"
 )
@@ -21,50 +24,76 @@ import (
 //
 // The connection's bytes travel as a run's stdin and stdout, with its
 // flow control: a reader that stops reading holds back that connection
-// and nothing else. It ends when the sandbox's side closes it (Read
-// returns io.EOF once what came before is read), when Close is called,
-// or when the channel ends. Deadlines work as net.Conn's; there is no
-// half-close.
-func (c *Client) Dial(ctx context.Context, network, address string, wait bool) (net.Conn, error) {
-	if strings.IndexByte(address, 0) >= 0 {
-		return nil, fmt.Errorf("agent: dial %s %q: NUL byte in the address", network, address)
+// and nothing else. See [Conn] for how it ends.
+func (c *Client) Dial(ctx context.Context, network, address string, wait bool) (*Conn, error) {
+	if err := checkAddress(network, address); err != nil {
+		return nil, err
 	}
-	// The caller holds one end of a pipe, the run the other: the run's
-	// stdin is what the caller writes, its stdout what the caller reads.
-	theirs, ours := net.Pipe()
+	// Two pipes, one each way, so that the caller's half-close (its end
+	// of the writing pipe closed) is the run's stdin EOF while its
+	// output still comes.
+	rTheirs, rOurs := net.Pipe()
+	wTheirs, wOurs := net.Pipe()
+	closeAll := func() {
+		for _, p := range []net.Conn{rTheirs, rOurs, wTheirs, wOurs} {
+			p.Close()
+		}
+	}
 	m := wire.DialMsg{Network: network, Address: address, Wait: wait}
-	r, err := c.begin(ctx, wire.Frame{Type: wire.Dial, Payload: m.Encode()}, ours, ours, nil)
+	r, err := c.begin(ctx, wire.Frame{Type: wire.Dial, Payload: m.Encode()}, wOurs, rOurs, nil)
 	if err != nil {
-		theirs.Close()
-		ours.Close()
+		closeAll()
 		return nil, err
 	}
 	if err := r.waitStarted(ctx); err != nil {
-		theirs.Close()
-		ours.Close()
+		closeAll()
 		return nil, fmt.Errorf("agent: dial %s %s in the sandbox: %w", network, address, err)
 	}
 	go func() {
-		// The run's end: once its output is read, the caller reads EOF.
+		// The run's end: once its output is read, the caller reads EOF,
+		// and a write fails instead of waiting for a reader.
 		<-r.ended
 		<-r.out[0].done
-		ours.Close()
+		rOurs.Close()
+		wOurs.Close()
 	}()
-	return &conn{Conn: theirs, r: r, remote: addr{network, address}}, nil
+	return &Conn{r: r, rd: rTheirs, wr: wTheirs, remote: addr{network, address}}, nil
 }
 
-// conn is the caller's end of a Dial.
-type conn struct {
-	net.Conn
+func checkAddress(network, address string) error {
+	if strings.IndexByte(address, 0) >= 0 {
+		return fmt.Errorf("agent: dial %s %q: NUL byte in the address", network, address)
+	}
+	return nil
+}
+
+// Conn is the caller's end of a [Client.Dial]: a net.Conn with a
+// half-close. It ends when the sandbox's side closes it (Read returns
+// io.EOF once what came before is read, and Write fails), when Close is
+// called, or when the channel ends. Deadlines work as net.Conn's.
+type Conn struct {
 	r      *clientRun
+	rd, wr net.Conn // the caller's ends of the pipes the run reads and writes
 	remote addr
 	once   sync.Once
 }
 
+// Read reads what the sandbox's side sent.
+func (c *Conn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+
+// Write sends p to the sandbox's side.
+func (c *Conn) Write(p []byte) (int, error) { return c.wr.Write(p) }
+
+// CloseWrite ends the caller's side of the stream, as a TCP
+// connection's CloseWrite: the service in the sandbox reads EOF, and its
+// answer can still be read.
+func (c *Conn) CloseWrite() error { return c.wr.Close() }
+
 // Close closes the connection: the agent closes its side in the sandbox.
-func (c *conn) Close() error {
+func (c *Conn) Close() error {
 	c.once.Do(func() {
-		c.Conn.Close()
+		c.rd.Close()
+		c.wr.Close()
 		select {
 		case <-c.r.ended:
 		default:
@@ -76,13 +105,123 @@ func (c *conn) Close() error {
 
 // Done is closed once the connection has ended on the agent's side (the
 // sandbox's end closed it, Close did, or the channel ended).
-func (c *conn) Done() <-chan struct{} { return c.r.ended }
+func (c *Conn) Done() <-chan struct{} { return c.r.ended }
 
-func (c *conn) LocalAddr() net.Addr  { return addr{"podvm-agent", "agent"} }
-func (c *conn) RemoteAddr() net.Addr { return c.remote }
+// LocalAddr is the agent's end, as a net.Addr.
+func (c *Conn) LocalAddr() net.Addr { return addr{"podvm-agent", "agent"} }
+
+// RemoteAddr is the address dialed in the sandbox.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline sets both deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	return errors.Join(c.rd.SetReadDeadline(t), c.wr.SetWriteDeadline(t))
+}
+
+// SetReadDeadline sets the deadline of Read.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.rd.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the deadline of Write.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.wr.SetWriteDeadline(t) }
 
 // addr is a net.Addr of a Dial.
 type addr struct{ network, address string }
 
 func (a addr) Network() string { return a.network }
 func (a addr) String() string  { return a.address }
+
+// Splice connects, through the agent, to address on network in the
+// sandbox, as [Client.Dial] does, and carries the connection to and from
+// rw itself: what rw's Read returns goes to the sandbox's side (its
+// io.EOF as a half-close), and what comes back is written to rw. It is a
+// forward's connection without a pipe or a copying goroutine between.
+//
+// Splice returns once the Dial is sent, before the agent has connected:
+// what rw has to say goes out behind it at once. A failed connect ends
+// the splice (Ended, then Done, with Err set). When ctx ends before the
+// agent said it connected, the splice is ended as by Close.
+//
+// Splice reads rw until its Read fails, even after the splice ended:
+// the caller ends that by closing what rw reads.
+func (c *Client) Splice(ctx context.Context, network, address string, rw io.ReadWriter) (*Splice, error) {
+	if err := checkAddress(network, address); err != nil {
+		return nil, err
+	}
+	m := wire.DialMsg{Network: network, Address: address}
+	r, err := c.begin(ctx, wire.Frame{Type: wire.Dial, Payload: m.Encode()}, rw, rw, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &Splice{r: r}
+	if ctx.Done() != nil {
+		go func() {
+			select {
+			case <-r.started:
+			case <-r.ended:
+			case <-ctx.Done():
+				s.Close()
+			}
+		}()
+	}
+	return s, nil
+}
+
+// Splice is a connection of [Client.Splice].
+type Splice struct {
+	r    *clientRun
+	once sync.Once
+}
+
+// Ended is closed once the connection ended on the agent's side: the
+// sandbox's end closed it, the connect failed, Close was called, or the
+// channel ended.
+func (s *Splice) Ended() <-chan struct{} { return s.r.ended }
+
+// Done is closed once the splice has ended and all it received was
+// written to its ReadWriter (or dropped after Close): the caller may then
+// half-close or close what it writes to.
+func (s *Splice) Done() <-chan struct{} { return s.r.out[0].done }
+
+// Err is, once Done is closed, why the connection could not be made (nil
+// if it was made).
+func (s *Splice) Err() error {
+	select {
+	case <-s.r.exited:
+		if s.r.exit.Status == wire.Exited {
+			return nil
+		}
+		_, err := s.r.result(nil)
+		return err
+	default:
+	}
+	select {
+	case <-s.r.ended:
+		return s.r.c.err
+	default:
+		return nil
+	}
+}
+
+// Close ends the connection: the agent closes its side in the sandbox,
+// and what still comes from it is dropped.
+func (s *Splice) Close() error {
+	s.once.Do(func() {
+		select {
+		case <-s.r.ended:
+		default:
+			_ = s.r.c.send(wire.Frame{Type: wire.Kill, ID: s.r.id})
+		}
+		for i := range s.r.out {
+			o := &s.r.out[i]
+			o.mu.Lock()
+			o.discard = true
+			o.cond.Signal()
+			o.mu.Unlock()
+		}
+	})
+	return nil
+}
+
+// Dead is closed once the channel to the agent has ended: every run and
+// connection on it has ended too.
+func (c *Client) Dead() <-chan struct{} { return c.dead }

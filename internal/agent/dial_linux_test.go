@@ -159,3 +159,150 @@ func TestDialChannelEnds(t *testing.T) {
 	_, err = c.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, io.EOF)
 }
+
+// upperAll serves l: each connection's whole input, upper-cased, once
+// the caller half-closed it; then it closes.
+func upperAll(t *testing.T, l net.Listener) {
+	serve(t, l, func(c net.Conn) {
+		defer c.Close()
+		b, err := io.ReadAll(c)
+		if err == nil {
+			_, _ = c.Write([]byte(strings.ToUpper(string(b))))
+		}
+	})
+}
+
+// CloseWrite is a half-close: the service reads EOF and its answer still
+// comes; a write afterwards fails.
+func TestDialHalfClose(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	upperAll(t, l)
+	c, err := a.Dial(context.Background(), "tcp", l.Addr().String(), false)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, "request, then EOF\n")
+	require.NoError(t, err)
+	require.NoError(t, c.CloseWrite())
+	_, err = c.Write([]byte("x"))
+	assert.Error(t, err, "a write after CloseWrite")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got, err := io.ReadAll(c)
+	require.NoError(t, err)
+	assert.Equal(t, "REQUEST, THEN EOF\n", string(got))
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection never ended")
+	}
+}
+
+// A splice reads and writes the caller's connection itself: its bytes
+// go both ways, its EOF is the service's, and the service's end is Done.
+func TestSplice(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	upperAll(t, l)
+	client, ours := tcpPair(t)
+	sp, err := a.Splice(context.Background(), "tcp", l.Addr().String(), ours)
+	require.NoError(t, err)
+	defer sp.Close()
+	_, err = io.WriteString(client, "spliced\n")
+	require.NoError(t, err)
+	require.NoError(t, client.(*net.TCPConn).CloseWrite())
+	select {
+	case <-sp.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the splice never ended")
+	}
+	require.NoError(t, sp.Err())
+	ours.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(client)
+	require.NoError(t, err)
+	assert.Equal(t, "SPLICED\n", string(got))
+}
+
+// A splice that cannot connect ends with the errno; Close ends one that
+// is carrying, and the agent closes its side.
+func TestSpliceRefusedAndClose(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	address := l.Addr().String()
+	l.Close()
+	_, ours := tcpPair(t)
+	sp, err := a.Splice(context.Background(), "tcp", address, ours)
+	require.NoError(t, err, "a splice returns before the connect")
+	<-sp.Done()
+	assert.ErrorIs(t, sp.Err(), syscall.ECONNREFUSED)
+
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	accepted, closed := make(chan struct{}), make(chan struct{})
+	serve(t, l, func(c net.Conn) {
+		close(accepted)
+		_, _ = io.Copy(io.Discard, c)
+		c.Close()
+		close(closed)
+	})
+	_, ours = tcpPair(t)
+	sp, err = a.Splice(context.Background(), "tcp", l.Addr().String(), ours)
+	require.NoError(t, err)
+	select {
+	case <-accepted: // a Close before the connect would stop the connect
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent never connected")
+	}
+	require.NoError(t, sp.Close())
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service's connection was not closed")
+	}
+	<-sp.Ended()
+}
+
+// Dead is closed when the channel ends.
+func TestDead(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	select {
+	case <-a.Dead():
+		t.Fatal("dead at once")
+	default:
+	}
+	require.NoError(t, a.Close())
+	select {
+	case <-a.Dead():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Dead never closed")
+	}
+}
+
+// tcpPair returns both ends of a loopback TCP connection, closed when
+// the test ends.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	server = <-accepted
+	require.NotNil(t, server)
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+	})
+	return client, server
+}
