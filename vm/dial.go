@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/podvm/podvm/internal/agent"
 )
 
 // This file is the services of a sandbox as the caller reaches them:
@@ -35,10 +37,15 @@ type ServiceDialer interface {
 // its channel. Nothing is published on the host and the sandbox needs no
 // network. A refused connection's error matches the errno the sandbox saw
 // (syscall.ECONNREFUSED, syscall.ENOENT for a missing socket). ctx bounds
-// the connect alone. The connection ends when the sandbox's side closes
-// it, when it is closed, or when the sandbox is removed or dies; its
-// deadlines work as any net.Conn's, and it has no half-close. A VM that
-// is not a [ServiceDialer] fails with [ErrNotSupported].
+// the connect alone.
+//
+// The connection ends when the sandbox's side closes it (Read returns
+// io.EOF once what came is read), when it is closed, or when the sandbox
+// is removed or dies. Its deadlines work as any net.Conn's, and it has a
+// half-close, as a *net.TCPConn has: its CloseWrite method (assert
+// interface{ CloseWrite() error }) makes the service read EOF while its
+// answer can still be read. A VM that is not a [ServiceDialer] fails
+// with [ErrNotSupported].
 func Dial(ctx context.Context, v VM, network, address string) (net.Conn, error) {
 	d, err := serviceDialer(v, network, address)
 	if err != nil {
@@ -81,19 +88,45 @@ func (s *sandbox) DialListening(ctx context.Context, network, address string) (n
 }
 
 func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) (net.Conn, error) {
+	return connect(ctx, s, network, address, func(a *agent.Client) (*agent.Conn, <-chan struct{}, error) {
+		c, err := a.Dial(ctx, network, address, wait)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, c.Done(), nil
+	})
+}
+
+// splice connects to address on network in the sandbox, as dial does,
+// carrying the connection to and from rw itself (see
+// [agent.Client.Splice]): a forward's connection.
+func (s *sandbox) splice(ctx context.Context, network, address string, rw io.ReadWriter) (*agent.Splice, error) {
+	return connect(ctx, s, network, address, func(a *agent.Client) (*agent.Splice, <-chan struct{}, error) {
+		sp, err := a.Splice(ctx, network, address, rw)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sp, sp.Ended(), nil
+	})
+}
+
+// connect makes a connection of the sandbox's agent with open, counted
+// against MaxConnections until the channel open returns is closed, and
+// names its failure.
+func connect[C any](ctx context.Context, s *sandbox, network, address string, open func(*agent.Client) (C, <-chan struct{}, error)) (C, error) {
+	var zero C
 	st, err := s.dialable(network, address)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	what := "dial " + network + " " + address
 	if !s.reserve(&s.conns, MaxConnections) {
-		return nil, fmt.Errorf("%w: vm: %s: %d connections are open to this sandbox, the most it holds (vm.MaxConnections)", ErrLimit, what, MaxConnections)
+		return zero, fmt.Errorf("%w: vm: %s: %d connections are open to this sandbox, the most it holds (vm.MaxConnections)", ErrLimit, what, MaxConnections)
 	}
-	c, err := st.agent.Dial(ctx, network, address, wait)
+	c, done, err := open(st.agent)
 	if err == nil {
-		// Counted until the connection ends, whoever ends it.
 		go func() {
-			<-c.(interface{ Done() <-chan struct{} }).Done()
+			<-done // counted until it ends, whoever ends it
 			s.release(&s.conns)
 		}()
 		return c, nil
@@ -101,11 +134,11 @@ func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) 
 	s.release(&s.conns)
 	switch {
 	case ctx.Err() != nil:
-		return nil, fmt.Errorf("vm: %s: %w", what, ctx.Err())
+		return zero, fmt.Errorf("vm: %s: %w", what, ctx.Err())
 	case s.state().removed:
-		return nil, fmt.Errorf("vm: %s: %w", what, ErrRemoved)
+		return zero, fmt.Errorf("vm: %s: %w", what, ErrRemoved)
 	}
-	return nil, s.agentStartError(ctx, what, err)
+	return zero, s.agentStartError(ctx, what, err)
 }
 
 // dialable returns the state of a sandbox that can dial address on
@@ -138,17 +171,22 @@ func (s *sandbox) canDial(network, address string) error {
 // system's choosing) and carries each connection it accepts to address
 // on network in sandbox v, as [Dial] makes them: for a client that takes
 // an address (a database DSN, a browser, a test runner in another
-// process). A connection that cannot be made is closed at once. The
-// forward lasts until it is closed or the sandbox is removed; either
-// closes its listener and every connection it carries. ctx bounds the
-// setting up alone.
-func Forward(ctx context.Context, v VM, network, address string) (*Forwarder, error) {
+// process). A connection that cannot be made is closed at once; a
+// client's half-close reaches the service, and the service's end reaches
+// the client as EOF. The forward lasts until it is closed, or the
+// sandbox is removed or dies; each closes its listener and every
+// connection it carries. ctx bounds the setting up alone.
+func Forward(ctx context.Context, v VM, network, address string, opts ...ForwardOption) (*Forwarder, error) {
 	d, err := serviceDialer(v, network, address)
 	if err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	var o forwardOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	// Whether it can dial at all, without a connection: the service
 	// need not listen yet, and may take one connection only.
@@ -163,15 +201,41 @@ func Forward(ctx context.Context, v VM, network, address string) (*Forwarder, er
 	if err != nil {
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, err)
 	}
-	f := &Forwarder{l: l, d: d, network: network, address: address, conns: map[net.Conn]bool{}}
+	f := &Forwarder{l: l, d: d, network: network, address: address, warm: o.warm, conns: map[net.Conn]bool{}}
+	f.sp, _ = capability[splicer](v)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if s, ok := capability[interface{ holdForward(*Forwarder) bool }](v); ok && !s.holdForward(f) {
 		l.Close()
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, ErrRemoved)
 	}
+	if f.warm {
+		f.prepare()
+	}
 	f.wg.Add(1)
 	go f.serve()
 	return f, nil
+}
+
+// A ForwardOption adjusts a [Forward].
+type ForwardOption func(*forwardOptions)
+
+type forwardOptions struct{ warm bool }
+
+// WithWarmConnection keeps one connection to the service made ahead of
+// the next client, so that a client's connect costs no connect in the
+// sandbox: at the forward's start, then again once each client's
+// connection ended. The service sees that connection open before any
+// client comes (and closed, unused, at the forward's end): leave the
+// option out for a service that counts or limits its connections. One
+// the service closed while it waited is not used.
+func WithWarmConnection() ForwardOption {
+	return func(o *forwardOptions) { o.warm = true }
+}
+
+// splicer is a sandbox that carries a forward's connection without a
+// copy of its own ([agent.Client.Splice]).
+type splicer interface {
+	splice(ctx context.Context, network, address string, rw io.ReadWriter) (*agent.Splice, error)
 }
 
 // Forwarder is a forward of [Forward]: a listener on the caller's
@@ -179,14 +243,17 @@ func Forward(ctx context.Context, v VM, network, address string) (*Forwarder, er
 type Forwarder struct {
 	l                net.Listener
 	d                ServiceDialer
+	sp               splicer // nil: connections through d, copied
 	network, address string
+	warm             bool
 	wg               sync.WaitGroup
 	release          func() // forgets f in its sandbox, if any
 	ctx              context.Context
 	cancel           context.CancelFunc // ends the dials in flight, at Close
 
 	mu     sync.Mutex
-	conns  map[net.Conn]bool // both ends of every pair carried
+	conns  map[net.Conn]bool // the client's ends, and a copy's sandbox ends
+	spare  *late             // a warm connection, waiting for a client
 	closed bool
 }
 
@@ -202,7 +269,12 @@ func (f *Forwarder) Close() error {
 	for c := range f.conns {
 		c.Close()
 	}
+	spare := f.spare
+	f.spare = nil
 	f.mu.Unlock()
+	if spare != nil {
+		spare.discard()
+	}
 	err := f.l.Close()
 	f.wg.Wait()
 	if f.release != nil {
@@ -214,8 +286,15 @@ func (f *Forwarder) Close() error {
 	return err
 }
 
-// forwardDial bounds the dial of one forwarded connection.
-const forwardDial = 30 * time.Second
+const (
+	// forwardDial bounds the dial of one forwarded connection.
+	forwardDial = 30 * time.Second
+	// forwardLinger bounds how long a forwarded connection whose
+	// service's end closed waits for its client to close, after the
+	// client read EOF: closing a socket with bytes unread would reset it,
+	// and the client could lose the end of the answer.
+	forwardLinger = time.Second
+)
 
 func (f *Forwarder) serve() {
 	defer f.wg.Done()
@@ -229,7 +308,11 @@ func (f *Forwarder) serve() {
 			return
 		}
 		f.wg.Add(1)
-		go f.carry(c)
+		if f.sp != nil {
+			go f.carrySplice(c)
+		} else {
+			go f.carry(c)
+		}
 	}
 }
 
@@ -254,9 +337,183 @@ func (f *Forwarder) untrack(cs ...net.Conn) {
 	}
 }
 
-// carry connects c to the sandbox's address and copies both ways until
-// either side ends; then both are closed (a connection to the sandbox
-// has no half-close to pass a client's on with).
+// carrySplice carries client connection c to the sandbox's address: the
+// agent's client reads and writes c itself. Once the service's end
+// closed, c gets EOF and, forwardLinger at most, is left to close.
+func (f *Forwarder) carrySplice(c net.Conn) {
+	defer f.wg.Done()
+	rw := &clientConn{Conn: c, failed: make(chan struct{})}
+	var sp *agent.Splice
+	if spare := f.takeSpare(); spare != nil {
+		sp = spare.sp
+		spare.attach(rw)
+	} else {
+		ctx, cancel := context.WithTimeout(f.ctx, forwardDial)
+		var err error
+		sp, err = f.sp.splice(ctx, f.network, f.address, rw)
+		if err != nil {
+			cancel()
+			f.untrack(c)
+			return
+		}
+		go func() {
+			<-sp.Ended() // the splice's connect is bounded until then
+			cancel()
+		}()
+	}
+	defer f.prepare()
+	select {
+	case <-sp.Done():
+	case <-rw.failed:
+		if rw.err() != io.EOF { // the client is gone: so is its connection
+			sp.Close()
+		}
+		select {
+		case <-sp.Done():
+		case <-f.ctx.Done():
+			sp.Close()
+		}
+	case <-f.ctx.Done():
+		sp.Close()
+	}
+	if sp.Err() == nil && f.ctx.Err() == nil {
+		if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			t := time.NewTimer(forwardLinger)
+			select {
+			case <-rw.failed: // the client closed (or sent more: read and dropped)
+			case <-t.C:
+			case <-f.ctx.Done():
+			}
+			t.Stop()
+		}
+	}
+	f.untrack(c)
+	<-sp.Done()
+}
+
+// clientConn is a client's connection as a splice reads and writes it:
+// failed is closed once a Read failed (io.EOF included).
+type clientConn struct {
+	net.Conn
+	once   sync.Once
+	failed chan struct{}
+	rerr   error
+}
+
+func (c *clientConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil {
+		c.once.Do(func() {
+			c.rerr = err
+			close(c.failed)
+		})
+	}
+	return n, err
+}
+
+// err is the Read's error, once failed is closed.
+func (c *clientConn) err() error { return c.rerr }
+
+// late is the ReadWriter of a warm connection: its Reads and Writes
+// wait until a client's connection is attached, and fail if none is.
+type late struct {
+	sp    *agent.Splice
+	ready chan struct{} // closed by attach or discard
+	once  sync.Once
+	rw    io.ReadWriter // set before ready is closed; nil when discarded
+}
+
+func (l *late) Read(p []byte) (int, error) {
+	<-l.ready
+	if l.rw == nil {
+		return 0, net.ErrClosed
+	}
+	return l.rw.Read(p)
+}
+
+func (l *late) Write(p []byte) (int, error) {
+	<-l.ready
+	if l.rw == nil {
+		return 0, net.ErrClosed
+	}
+	return l.rw.Write(p)
+}
+
+func (l *late) attach(rw io.ReadWriter) {
+	l.once.Do(func() {
+		l.rw = rw
+		close(l.ready)
+	})
+}
+
+func (l *late) discard() {
+	l.once.Do(func() { close(l.ready) })
+	if l.sp != nil {
+		l.sp.Close()
+	}
+}
+
+// prepare makes the warm connection of a forward WithWarmConnection that
+// has none, in the background.
+func (f *Forwarder) prepare() {
+	if !f.warm {
+		return
+	}
+	f.mu.Lock()
+	if f.closed || f.spare != nil {
+		f.mu.Unlock()
+		return
+	}
+	l := &late{ready: make(chan struct{})}
+	f.spare = l
+	f.wg.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.wg.Done()
+		ctx, cancel := context.WithTimeout(f.ctx, forwardDial)
+		defer cancel()
+		sp, err := f.sp.splice(ctx, f.network, f.address, l)
+		f.mu.Lock()
+		if err == nil && f.spare == l {
+			l.sp = sp
+			f.mu.Unlock()
+			<-sp.Ended() // the connect's ctx lasts while it may be used
+			return
+		}
+		if f.spare == l {
+			f.spare = nil
+		}
+		f.mu.Unlock()
+		if err == nil {
+			sp.Close()
+		}
+		l.discard()
+	}()
+}
+
+// takeSpare returns the warm connection, if one is made and its service
+// has not closed it; the next is made once the client's connection ends.
+func (f *Forwarder) takeSpare() *late {
+	f.mu.Lock()
+	l := f.spare
+	if l == nil || l.sp == nil {
+		f.mu.Unlock()
+		return nil
+	}
+	f.spare = nil
+	f.mu.Unlock()
+	select {
+	case <-l.sp.Ended():
+		l.discard()
+		return nil
+	default:
+		return l
+	}
+}
+
+// carry connects c to the sandbox's address through a ServiceDialer of
+// the caller's and copies both ways: a half-close passes on, and once
+// the sandbox's side ended, the client has forwardLinger to close.
 func (f *Forwarder) carry(c net.Conn) {
 	defer f.wg.Done()
 	ctx, cancel := context.WithTimeout(f.ctx, forwardDial)
@@ -270,13 +527,30 @@ func (f *Forwarder) carry(c net.Conn) {
 		f.untrack(c, sc)
 		return
 	}
-	done := make(chan struct{})
+	up := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(sc, c)
-		f.untrack(c, sc)
-		close(done)
+		pass(sc, c)
+		close(up)
 	}()
-	_, _ = io.Copy(c, sc)
+	pass(c, sc)
+	t := time.NewTimer(forwardLinger)
+	select {
+	case <-up:
+	case <-t.C:
+	}
+	t.Stop()
 	f.untrack(c, sc)
-	<-done
+	<-up
+}
+
+// pass copies src to dst until src ends, then half-closes dst (closes it
+// when it has no half-close).
+func pass(dst, src net.Conn) {
+	buf := make([]byte, 128<<10)
+	_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		dst.Close()
+	}
 }

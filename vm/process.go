@@ -407,13 +407,23 @@ func (h *held) release(n *int) {
 	h.procMu.Unlock()
 }
 
-// holdForward makes f one of the sandbox's forwards, closed by Remove,
-// unless the sandbox is being removed.
+// holdForward makes f one of the sandbox's forwards, closed by Remove
+// or by the sandbox's death, unless the sandbox is being removed.
 func (s *sandbox) holdForward(f *Forwarder) bool {
 	s.procMu.Lock()
 	defer s.procMu.Unlock()
-	if s.closed || s.state().removed {
+	st := s.state()
+	if s.closed || st.removed {
 		return false
+	}
+	if st.agent != nil {
+		go func() {
+			select {
+			case <-st.agent.Dead(): // killed from outside, say
+				f.Close()
+			case <-f.ctx.Done():
+			}
+		}()
 	}
 	if s.forwards == nil {
 		s.forwards = map[*Forwarder]bool{}
