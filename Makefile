@@ -34,6 +34,8 @@ demo: ## compile and run a Go program in a sandbox, through both backends side b
 test: lint check-generate ## every test: unit and integration against a real Podman and a real Kubernetes, then a leak check
 	@$(WITH_PODMAN); $(WITH_KUBE); \
 	$(GO) run ./internal/testreap || exit 1; \
+	mkdir -p .podvm && CGO_ENABLED=0 $(GO) build -buildvcs=false -o .podvm/unixecho ./vm/vmtest/testdata/unixecho || exit 1; \
+	export PODVM_UNIXECHO=$$PWD/.podvm/unixecho; \
 	$(GO) test -race -count=1 -timeout 30m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
 	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$$)' .podvm-test.log; \
 	scripts/conformance-table.sh .podvm-test.log || rc=1; \

@@ -50,7 +50,11 @@ envs=$(eval "$env4" && scripts/ssh-up.sh) || { log "the sshd in front of the Pod
 # One test binary for every row, readable by the rootless user.
 log "building the vm test binary"
 $GO test -c -race -o "$OUT/vm.test" ./vm/
-chmod 755 "$OUT" "$OUT/vm.test"
+# and vmtest's unix-socket service, built here: the rootless user's test
+# binary could not build it from this tree.
+CGO_ENABLED=0 $GO build -buildvcs=false -o "$OUT/unixecho" ./vm/vmtest/testdata/unixecho
+chmod 755 "$OUT" "$OUT/vm.test" "$OUT/unixecho"
+export PODVM_UNIXECHO="$OUT/unixecho"
 
 # run SERVER ENV CLI REMOTE [AS [TESTS]]: the suite against the server whose
 # `export` lines are ENV, with CLI as the CLI backend's podman (REMOTE=1: it

@@ -447,8 +447,10 @@ func cases(h Harness) []testCase {
 	cases = append(cases, nameCases()...)
 	cases = append(cases, escapeCases(h)...)
 	cases = append(cases, streamCases()...)
-	cases = append(cases, processCases(h)...)
-	cases = append(cases, serviceCases()...)
+	for _, c := range append(processCases(h), serviceCases(h)...) {
+		c.Agent = true
+		cases = append(cases, c)
+	}
 	return append(cases, hardeningCases(h)...)
 }
 

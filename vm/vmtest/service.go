@@ -1,12 +1,15 @@
 package vmtest
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +22,7 @@ import (
 // caller's process through the agent, with the sandbox's default
 // Network "none": on a path without the agent, Dial fails with
 // vm.ErrNotSupported and the cases skip.
-func serviceCases() []testCase {
+func serviceCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "service/dial", Promise: "a server in a sandbox with no network answers the caller through Dial, once WaitListening says it listens",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
@@ -138,15 +141,7 @@ func serviceCases() []testCase {
 		{Name: "service/removed", Promise: "Remove closes the sandbox's connections and forwards",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				addr := httpd(ctx, t, v, "removed")
-				c, err := vm.Dial(ctx, v, "tcp", addr)
-				if err != nil {
-					t.Fatalf("Dial: %v", err)
-				}
-				defer c.Close()
-				f, err := vm.Forward(ctx, v, "tcp", addr)
-				if err != nil {
-					t.Fatalf("Forward: %v", err)
-				}
+				c, f := dialAndForward(ctx, t, v, addr)
 				if err := v.Remove(ctx); err != nil {
 					t.Fatalf("Remove: %v", err)
 				}
@@ -158,11 +153,176 @@ func serviceCases() []testCase {
 					l.Close()
 					t.Error("the forward still listens after Remove")
 				}
-				_, err = vm.Dial(ctx, v, "tcp", addr)
+				_, err := vm.Dial(ctx, v, "tcp", addr)
 				if !errors.Is(err, vm.ErrRemoved) {
 					t.Errorf("Dial after Remove: %v; want ErrRemoved", err)
 				}
 				return []observation{observe("after remove", nil, err)}
+			}},
+		{Name: "service/half-close", Promise: "a client's half-close reaches the service, through Dial and through a forward, and its answer still comes",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const addr = "127.0.0.1:18082"
+				// Each connection's answer comes only after its request's
+				// EOF: without a half-close there is none.
+				start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18082", "-e", "sh", "-c", `echo "got $(wc -c | tr -d ' ') bytes"`}})
+				waitListening(ctx, t, v, "tcp", addr)
+				dialed, forwarded := servedBoth(ctx, t, v, "tcp", addr, "request\n", "a longer request\n")
+				if dialed != "got 8 bytes\n" || forwarded != "got 17 bytes\n" {
+					t.Errorf("answers %q and %q; want got 8 bytes and got 17 bytes", dialed, forwarded)
+				}
+				return []observation{outcome("dialed", dialed), outcome("forwarded", forwarded)}
+			}},
+		{Name: "service/unaccepted", Promise: "a service that never accepts holds a dial only as long as its context; a forward's Close ends its dial in flight; nothing stays connected",
+			Deadline: 2 * time.Minute,
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const port = "18083"
+				p := start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-l", "-p", port}})
+				waitSockets(ctx, t, v, "nc to listen", func(ss string) bool { return strings.Contains(ss, ":"+port+" ") })
+				// Stopped, it never accepts: its backlog fills, then the
+				// kernel leaves further connects unanswered.
+				if err := p.Signal(syscall.SIGSTOP); err != nil {
+					t.Fatalf("stopping nc: %v", err)
+				}
+				var conns []net.Conn
+				defer func() {
+					for _, c := range conns {
+						c.Close()
+					}
+				}()
+				var past error
+				for range 16 {
+					dctx, cancel := context.WithTimeout(ctx, time.Second)
+					c, err := vm.Dial(dctx, v, "tcp", "127.0.0.1:"+port)
+					cancel()
+					if err != nil {
+						past = err
+						break
+					}
+					conns = append(conns, c)
+				}
+				if !errors.Is(past, context.DeadlineExceeded) {
+					t.Fatalf("dials past a full backlog: %v; want the context's deadline", past)
+				}
+				f, err := vm.Forward(ctx, v, "tcp", "127.0.0.1:"+port)
+				if err != nil {
+					t.Fatalf("Forward: %v", err)
+				}
+				fc, err := net.DialTimeout("tcp", f.Addr().String(), 10*time.Second)
+				if err != nil {
+					t.Fatalf("connecting to the forward: %v", err)
+				}
+				defer fc.Close()
+				time.Sleep(100 * time.Millisecond) // its dial is in flight
+				began := time.Now()
+				if err := f.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				if d := time.Since(began); d > 5*time.Second {
+					t.Errorf("the forward's Close took %v with a dial in flight", d)
+				}
+				_ = fc.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := fc.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Error("the forward's client connection is still open after Close")
+				}
+				for _, c := range conns {
+					c.Close()
+				}
+				// The sandbox's ends of the connections that were made, and
+				// of those still connecting, are gone.
+				waitSockets(ctx, t, v, "no connection to the service", func(ss string) bool {
+					for _, line := range strings.Split(ss, "\n") {
+						f := strings.Fields(line)
+						if len(f) >= 6 && strings.HasSuffix(f[4], ":"+port) && (f[5] == "ESTABLISHED" || f[5] == "SYN_SENT") {
+							return false
+						}
+					}
+					return true
+				})
+				return []observation{observe("past the backlog", nil, past)}
+			}},
+		{Name: "service/unix", Promise: "a service on a unix socket is reached through Dial and a forward, half-close included; a missing socket is ENOENT",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const sock = "/tmp/upper.sock"
+				copyHelper(ctx, t, v, unixEchoBinary(t), "/tmp/unixecho")
+				start(ctx, t, v, exec.Command{Name: "/tmp/unixecho", Args: []string{sock}})
+				waitListening(ctx, t, v, "unix", sock)
+				dialed, forwarded := servedBoth(ctx, t, v, "unix", sock, "over a unix socket\n", "and forwarded\n")
+				if dialed != "OVER A UNIX SOCKET\n" || forwarded != "AND FORWARDED\n" {
+					t.Errorf("answers %q and %q; want them upper-cased", dialed, forwarded)
+				}
+				_, missing := vm.Dial(ctx, v, "unix", "/tmp/no-such.sock")
+				if !errors.Is(missing, syscall.ENOENT) {
+					t.Errorf("a dial of a missing socket: %v; want ENOENT", missing)
+				}
+				return []observation{outcome("dialed", dialed), outcome("forwarded", forwarded), outcome("missing", errors.Is(missing, syscall.ENOENT))}
+			}},
+		{Name: "service/warm-forward", Promise: "a forward WithWarmConnection has a connection made before its client; one the service closed meanwhile is not used",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const addr = "127.0.0.1:18084"
+				// Each connection's shell logs its pid, then greets with it.
+				start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18084", "-e", "sh", "-c", `echo $$ >>/tmp/conns; echo "hello from $$"; exec cat >/dev/null`}})
+				waitListening(ctx, t, v, "tcp", addr) // its connection is logged too
+				f, err := vm.Forward(ctx, v, "tcp", addr, vm.WithWarmConnection())
+				if err != nil {
+					t.Fatalf("Forward: %v", err)
+				}
+				defer f.Close()
+				// The warm connection is made with no client.
+				warm := waitConns(ctx, t, v, 2)[1]
+				if err := runOK(ctx, v, "kill", warm); err != nil {
+					t.Fatalf("ending the warm connection's shell: %v", err)
+				}
+				waitSockets(ctx, t, v, "the warm connection to close", func(ss string) bool {
+					return !strings.Contains(ss, "ESTABLISHED")
+				})
+				// The agent's word that it ended crosses the channel.
+				time.Sleep(200 * time.Millisecond)
+				greeting := greet(t, f.Addr().String())
+				if greeting == "hello from "+warm+"\n" {
+					t.Errorf("the client was greeted by the warm connection the service had closed (%s)", warm)
+				}
+				// Once that client has gone, the next connection is made
+				// ahead of the next client, which gets it.
+				conns := waitConns(ctx, t, v, 4)
+				if greeting != "hello from "+conns[2]+"\n" {
+					t.Errorf("the client was greeted with %q; want a fresh connection's greeting (%s)", greeting, conns[2])
+				}
+				if next := greet(t, f.Addr().String()); next != "hello from "+conns[3]+"\n" {
+					t.Errorf("the next client was greeted with %q; want the warm connection's (%s)", next, conns[3])
+				}
+				return []observation{outcome("fresh", strings.HasPrefix(greeting, "hello from "))}
+			}},
+		{Name: "service/container-gone", Promise: "when the container goes away behind the VM's back, its connections end and its forwards close, promptly",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				addr := httpd(ctx, t, v, "gone")
+				c, f := dialAndForward(ctx, t, v, addr)
+				if err := h.RemoveContainer(ctx, v.ID()); err != nil {
+					t.Fatalf("removing the container: %v", err)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+				if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Error("a connection of the gone container still reads 30 s later")
+				}
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					l, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second)
+					if err != nil {
+						break
+					}
+					l.Close()
+					if time.Now().After(deadline) {
+						t.Fatal("the forward still listens 30 s after its container went away")
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				began := time.Now()
+				if _, err := vm.Dial(ctx, v, "tcp", addr); err == nil {
+					t.Error("Dial into a gone container: no error")
+				}
+				if d := time.Since(began); d > 10*time.Second {
+					t.Errorf("Dial into a gone container took %v", d)
+				}
+				return nil
 			}},
 	}
 }
@@ -209,4 +369,149 @@ func get(ctx context.Context, t *testing.T, client *http.Client, url string) str
 		t.Fatalf("GET %s: %s, %q, %v", url, resp.Status, b, err)
 	}
 	return string(b)
+}
+
+// waitListening waits, 30 s at most, until something listens at address
+// in v.
+func waitListening(ctx context.Context, t *testing.T, v vm.VM, network, address string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := vm.WaitListening(wctx, v, network, address); err != nil {
+		skipIfNotSupported(t, err)
+		t.Fatalf("nothing listened at %s %s: %v", network, address, err)
+	}
+}
+
+// halfClose writes request to c, half-closes it and returns the whole
+// answer, 10 s at most.
+func halfClose(t *testing.T, c net.Conn, request string) string {
+	t.Helper()
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatalf("writing the request: %v", err)
+	}
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		t.Fatalf("a %T has no CloseWrite", c)
+	}
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("reading the answer after a half-close: %v (read %q)", err, b)
+	}
+	return string(b)
+}
+
+// greet connects to address, reads its first line and closes.
+func greet(t *testing.T, address string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", address, 10*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", address, err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the greeting of %s: %v (read %q)", address, err, line)
+	}
+	return line
+}
+
+// waitConns waits, 30 s at most, until /tmp/conns in v lists n
+// connections' pids, and returns them.
+func waitConns(ctx context.Context, t *testing.T, v vm.VM, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := v.Run(ctx, exec.Command{Name: "cat", Args: []string{"/tmp/conns"}})
+		if err == nil {
+			if pids := strings.Fields(res.Stdout); len(pids) >= n {
+				return pids
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %d connections: %+v, %v", n, res, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitSockets waits, 30 s at most, for the sandbox's TCP sockets, as
+// netstat -tan lists them, to satisfy ok.
+func waitSockets(ctx context.Context, t *testing.T, v vm.VM, what string, ok func(sockets string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := v.Run(ctx, exec.Command{Name: "netstat", Args: []string{"-tan"}})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("netstat: %+v, %v", res, err)
+		}
+		if ok(res.Stdout) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s:\n%s", what, res.Stdout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runOK runs name with args in v and fails unless it exits 0.
+func runOK(ctx context.Context, v vm.VM, name string, args ...string) error {
+	res, err := v.Run(ctx, exec.Command{Name: name, Args: args})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("%s exited %d: %s", name, res.ExitCode, res.Stderr)
+	}
+	return err
+}
+
+// viaForward makes a forward to address in v and returns a client's
+// connection through it; both are closed when the test ends.
+func viaForward(ctx context.Context, t *testing.T, v vm.VM, network, address string) net.Conn {
+	t.Helper()
+	f, err := vm.Forward(ctx, v, network, address)
+	if err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c, err := net.DialTimeout("tcp", f.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to the forward: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// servedBoth sends each request to the service at address in v, the
+// first through Dial, the second through a forward, each followed by a
+// half-close, and returns the answers.
+func servedBoth(ctx context.Context, t *testing.T, v vm.VM, network, address, dialRequest, forwardRequest string) (dialed, forwarded string) {
+	t.Helper()
+	c, err := vm.Dial(ctx, v, network, address)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer c.Close()
+	return halfClose(t, c, dialRequest), halfClose(t, viaForward(ctx, t, v, network, address), forwardRequest)
+}
+
+// dialAndForward returns a connection to the TCP service at address in
+// v and a forward to it, both closed when the test ends.
+func dialAndForward(ctx context.Context, t *testing.T, v vm.VM, address string) (net.Conn, *vm.Forwarder) {
+	t.Helper()
+	c, err := vm.Dial(ctx, v, "tcp", address)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	f, err := vm.Forward(ctx, v, "tcp", address)
+	if err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return c, f
 }

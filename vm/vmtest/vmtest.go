@@ -97,6 +97,11 @@ type testCase struct {
 	// [Harness.Tracked]), and [RunParity] compares them across both.
 	// Without it, it compares backends of the same way only.
 	AcrossPaths bool
+	// Agent: the promise is made through podvm's agent alone (held
+	// processes, terminals, services). A backend that is not
+	// [Harness.Tracked] may skip it with vm.ErrNotSupported; on one that
+	// is, a skip is a failure.
+	Agent bool
 	// Test exercises v and returns what it observed, for comparison
 	// across backends. It reports failures with t.Errorf/t.Fatalf.
 	Test func(ctx context.Context, t *testing.T, v vm.VM) []observation
@@ -255,6 +260,13 @@ func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
 		if why, limited := l.Limits()[c.Name]; limited {
 			t.Skipf("the backend cannot keep this promise here: %s", why)
 		}
+	}
+	if c.Agent && h.Tracked() {
+		defer func() {
+			if t.Skipped() {
+				t.Errorf("skipped on a backend with podvm's agent, which must keep this promise (%s)", c.Promise)
+			}
+		}()
 	}
 	deadline := c.Deadline
 	if deadline == 0 {
