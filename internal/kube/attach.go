@@ -21,27 +21,30 @@ import (
 // This file is how the driver talks to a pod's containers: attach and
 // exec sessions, each a stream of its own, and the attach's held stdin.
 
-// lifeline attaches to cat's stdin in Main of pod id, and keeps the
-// attach. A line written to it comes back once the attach is up; only
-// then does the pod's end hang on this process's.
+// lifeline attaches to the stdin of Main of pod id, which runs cat behind
+// the gate (pod.go), and keeps the attach. Once the gate's first dot came
+// through it, the attach reaches the running container: it opens the gate
+// with a line, and only then does the pod's end hang on this process's.
+// (A line written before then could reach a stdin nobody reads yet, and
+// the attach that wrote it be cut as the container starts.)
 func (d *Driver) lifeline(ctx context.Context, id string) error {
 	pr, pw := io.Pipe()
-	echo := &firstByte{seen: make(chan struct{})}
+	dot := &firstByte{seen: make(chan struct{})}
 	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
-		remotecommand.StreamOptions{Stdin: pr, Stdout: echo})
+		remotecommand.StreamOptions{Stdin: pr, Stdout: dot})
 	if err != nil {
 		return err
 	}
 	line.closers = append(line.closers, pw)
-	go func() { _, _ = pw.Write([]byte("\n")) }()
 	select {
-	case <-echo.seen:
+	case <-dot.seen:
+		go func() { _, _ = pw.Write([]byte("\n")) }()
 		d.mu.Lock()
 		d.held[id] = line
 		d.mu.Unlock()
 		return nil
 	case <-line.done:
-		line.Close() // the newline's writer is blocked on the pipe
+		line.Close()
 		if line.err == nil {
 			return fmt.Errorf("%w: kube: pod %s: cat ended", driver.ErrContainerNotRunning, id)
 		}

@@ -34,9 +34,10 @@ const (
 	agentVolume = "podvm-agent"
 )
 
-// gate is what PID 1 of Main runs before the agent: it writes a dot on
-// stdout every 50 ms until it reads one line on stdin, which
-// [Driver.Attach] writes once a dot has come through its attach; the
+// gate is what PID 1 of Main runs before the agent (on the exec path,
+// before cat): it writes a dot on stdout every 50 ms until it reads one
+// line on stdin, which [Driver.Attach] (the exec path's lifeline) writes
+// once a dot has come through its attach; the
 // dots are dropped before the agent's handshake. The agent speaks first,
 // and Kubernetes can only attach to a container that runs: without the
 // gate its handshake would be written before anyone listens, and lost.
@@ -179,10 +180,11 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 	}
 	c := &p.Spec.Containers[0]
 	if spec.Agent == "" {
-		// The exec path: cat, reading the stdin nobody writes to, holds
-		// the pod open; the pause container is PID 1 and reaps orphans.
+		// The exec path: cat, behind the gate, reading the stdin of the
+		// attach that nobody writes to, holds the pod open; the pause
+		// container is PID 1 and reaps orphans.
 		p.Spec.ShareProcessNamespace = ptr(true)
-		c.Command = []string{"cat"}
+		c.Command = []string{"/bin/sh", "-c", gate, "cat"}
 		return p, nil
 	}
 	// The agent's path: Install extracts it into a volume that Main sees

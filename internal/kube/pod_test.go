@@ -78,7 +78,7 @@ func TestPodExecPath(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, p.Spec.InitContainers)
 	assert.Empty(t, p.Spec.Volumes)
-	assert.Equal(t, []string{"cat"}, p.Spec.Containers[0].Command)
+	assert.Equal(t, []string{"/bin/sh", "-c", gate, "cat"}, p.Spec.Containers[0].Command)
 	assert.True(t, *p.Spec.ShareProcessNamespace)
 }
 
