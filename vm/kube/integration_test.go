@@ -391,12 +391,20 @@ func TestPool(t *testing.T) {
 	for p.Stats().Ready < 2 && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
 	}
+	// A warm Get hands out a pod that was made before it: one of those
+	// listed now (not a time bound: this machine is shared and noisy).
+	ready, err := e.cs.CoreV1().Pods(e.namespace).List(ctx, metav1.ListOptions{LabelSelector: vm.LabelPool + "=" + p.ID()})
+	require.NoError(t, err)
 	start := time.Now()
 	w, err := p.Get(ctx) // warm
 	took := time.Since(start)
 	require.NoError(t, err)
 	t.Logf("a warm Get: %v", took)
-	assert.Less(t, took, 50*time.Millisecond, "a warm Get waited for a create")
+	var made []string
+	for _, pod := range ready.Items {
+		made = append(made, pod.Name)
+	}
+	assert.Contains(t, made, w.ID(), "a warm Get waited for a create")
 	res, err = w.Run(ctx, exec.Command{Name: "true"})
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.ExitCode)
