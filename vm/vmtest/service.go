@@ -217,7 +217,7 @@ func serviceCases(h Harness) []testCase {
 				if err := f.Close(); err != nil {
 					t.Errorf("Close: %v", err)
 				}
-				if d := time.Since(began); d > 5*time.Second {
+				if d := time.Since(began); d > 10*time.Second {
 					t.Errorf("the forward's Close took %v with a dial in flight", d)
 				}
 				_ = fc.SetReadDeadline(time.Now().Add(10 * time.Second))
