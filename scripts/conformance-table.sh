@@ -1,7 +1,8 @@
 #!/bin/sh
 # Prints the conformance results of a `go test -v` log as a table: one row
-# per case, one column per backend (TestConformanceAPI, TestConformanceCLI,
-# each backend of TestParity and the parity comparison itself), "pass",
+# per case, one column per backend (a TestConformance* suite's, such as
+# TestConformanceAPITCP, each backend of TestParity and the parity
+# comparison itself), "pass",
 # "FAIL", "skip" or "-" when the case did not run there. Exits 1 when any
 # cell is FAIL.
 #

@@ -43,13 +43,6 @@ func (remoteCopies) Limits() map[string]string {
 // podmanharness.Sandbox).
 var sandbox = podmanharness.Sandbox
 
-// The suite on every combination: each backend, with each way a Run
-// travels (podvm's agent, the default, and Podman exec sessions).
-func TestConformanceAPI(t *testing.T)     { vmtest.Run(t, apiHarness(podmantest.Need(t), false)) }
-func TestConformanceCLI(t *testing.T)     { vmtest.Run(t, cliHarness(podmantest.Need(t), false)) }
-func TestConformanceAPIExec(t *testing.T) { vmtest.Run(t, apiHarness(podmantest.Need(t), true)) }
-func TestConformanceCLIExec(t *testing.T) { vmtest.Run(t, cliHarness(podmantest.Need(t), true)) }
-
 // TestParity runs every conformance case on both backends and on both
 // ways a call travels (podvm's agent and Podman exec sessions), and
 // requires their Results to be identical, Duration and Usage excepted:
@@ -57,6 +50,11 @@ func TestConformanceCLIExec(t *testing.T) { vmtest.Run(t, cliHarness(podmantest.
 // both (the file calls' failures, say). PODVM_PARITY_PATHS=agent keeps
 // it to the agent's way (the matrix's ssh row: Podman exec over a remote
 // connection is the 5.4 row's).
+//
+// It is the suite on every combination: each case runs once per backend
+// and way, no more (a TestConformance per backend beside it ran every
+// case twice). For one backend alone: -run 'TestParity///api$' (cli,
+// api-exec, cli-exec).
 func TestParity(t *testing.T) {
 	env := podmantest.Need(t)
 	backends := map[string]vmtest.Harness{"cli": cliHarness(env, false), "api": apiHarness(env, false)}

@@ -243,11 +243,6 @@ func (h harness) Tracked() bool { return !h.exec }
 // planted under its destination.
 func (h harness) GuardsPlantedLinks() bool { return true }
 
-// The conformance suite on Kubernetes: through the agent, and through the
-// exec API (make test's table names them Kube and KubeExec).
-func TestConformanceKube(t *testing.T)     { vmtest.Run(t, harness{e: need(t)}) }
-func TestConformanceKubeExec(t *testing.T) { vmtest.Run(t, harness{e: need(t), exec: true}) }
-
 // A first, plain check: create, run, copy, remove, with the agent.
 func TestRoundTrip(t *testing.T) {
 	e := need(t)

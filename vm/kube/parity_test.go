@@ -11,7 +11,9 @@ import (
 // TestParity runs every conformance case on the kube backend and on
 // APIVM and requires the same results, field by field (Duration and
 // Usage excepted); a case either skips is not compared. It needs both a
-// cluster and a Podman service.
+// cluster and a Podman service. With TestParityExec, it is the
+// conformance suite on Kubernetes, through the agent and through exec
+// sessions: -run 'TestParity///kube$' runs the kube backend alone.
 func TestParity(t *testing.T) {
 	e := need(t)
 	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), false), "kube": harness{e: e}})
