@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,9 @@ import (
 // its nodes, in $PODVM_KUBE_NAMESPACE: a Run's round trip through the
 // agent and through exec sessions against `kubectl exec`, round-robin;
 // Runs per second from 1 and 16 callers on one pod; a fresh sandbox to
-// its first result against `kubectl run --rm -i`; a Get from a warm
+// its first result against `kubectl run --rm -i`; a connection to a
+// server in the pod through vm.Forward against `kubectl port-forward`,
+// the forward made for the connection and kept; a Get from a warm
 // vm.Pool. Without a cluster it is skipped, saying why. kubectl is
 // $PODVM_KUBECTL, else the one on PATH; it finds the cluster through
 // $KUBECONFIG. Every pod carries the run's label and podvm's owner
@@ -41,6 +45,12 @@ const (
 	nameKubeExec    = "podvm kube, exec sessions"
 	nameKubectlExec = "`kubectl exec POD -- true` (a process)"
 	nameKubectlRun  = "`kubectl run --rm -i … -- echo hi` (a process)"
+
+	nameKubeForwardOnce = "podvm kube, agent: `vm.Forward`, one connection, `Close`"
+	nameKubectlPFOnce   = "`kubectl port-forward pod/NAME :7003` started, its line awaited, one connection, killed"
+	nameKubeForwardKept = "podvm kube, agent: a kept `vm.Forward`"
+	nameKubeForwardWarm = "podvm kube, agent: a kept `vm.Forward` `WithWarmConnection`"
+	nameKubectlPFKept   = "a kept `kubectl port-forward pod/NAME :7003` (a process)"
 )
 
 // kubeCallers are the caller counts of the concurrency measure.
@@ -51,6 +61,7 @@ const (
 	kubeRoundTripTarget = 0.05 // the agent's round trip p50, against `kubectl exec`'s
 	kubeRateTarget      = 500  // Runs/s through the agent with 16 callers
 	kubeFirstTarget     = 1.0  // a fresh sandbox's first result p50, against `kubectl run --rm -i`'s
+	kubeForwardTarget   = 0.1  // a forward made for one connection, against `kubectl port-forward`'s
 )
 
 var (
@@ -72,6 +83,8 @@ type kubeResult struct {
 	rt, first                 []*series
 	rates                     []rate // per kubeCallers
 	rateSkip                  string
+	fwdOnce, fwdKept          []*series // through a forward made per connection; through a kept one
+	fwdSkip                   string
 	pool                      poolResult
 }
 
@@ -195,7 +208,7 @@ func (b *bench) kubes(ctx context.Context) error {
 	}
 	kc := alt{name: nameKubectlExec, skip: c.kubectlWhy}
 	if c.kubectl != "" {
-		pod, err := c.startPod(ctx)
+		pod, err := c.startPod(ctx, "exec", "sleep", "3600")
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -219,6 +232,9 @@ func (b *bench) kubes(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
+	}
+	if err := b.kubeForwards(ctx, c, agentVM, r); err != nil {
+		return err
 	}
 	// The long-lived pods are done with: the rest measures fresh ones.
 	c.releaseQuietly(ctx)
@@ -284,13 +300,13 @@ func (c *cluster) command(ctx context.Context, args ...string) *osexec.Cmd {
 	return osexec.CommandContext(ctx, c.kubectl, append([]string{"-n", c.namespace}, args...)...)
 }
 
-// startPod makes the pod `kubectl exec` runs in, as kubectl would, and
-// waits until it is ready. Its sleep ends it within the hour whatever
-// happens to the bench.
-func (c *cluster) startPod(ctx context.Context) (string, error) {
-	name := c.podName("exec")
+// startPod makes a pod of kubectl's running command, named after what,
+// as kubectl would, and waits until it is ready. The command should end
+// within the hour whatever happens to the bench (a sleep 3600).
+func (c *cluster) startPod(ctx context.Context, what string, command ...string) (string, error) {
+	name := c.podName(what)
 	for _, args := range [][]string{
-		{"run", name, "--restart=Never", "--image=" + c.image, "--image-pull-policy=Never", "--labels=" + c.labelList(), "--command", "--", "sleep", "3600"},
+		append([]string{"run", name, "--restart=Never", "--image=" + c.image, "--image-pull-policy=Never", "--labels=" + c.labelList(), "--command", "--"}, command...),
 		{"wait", "--for=condition=Ready", "--timeout=2m", "pod/" + name},
 	} {
 		if out, err := c.command(ctx, args...).CombinedOutput(); err != nil {
@@ -431,6 +447,17 @@ func (b *bench) reportKube(w io.Writer) {
 		fmt.Fprintf(w, " %s |\n", orNone(strings.Join(fails, "; ")))
 	}
 
+	switch {
+	case r.fwdSkip != "":
+		fmt.Fprintf(w, "\n**Kubernetes, forwards**: skipped: %s\n", r.fwdSkip)
+	case len(r.fwdOnce) > 0:
+		srv := shellLine(ncArgv(echoPort, echoArgv...))
+		reportP50(w, fmt.Sprintf("**Kubernetes, a forward for one connection**: a forward made, one connection through it (connect, write a line, read it back, close), the forward closed: `vm.Forward` to `%s` in podvm's sandbox, against `kubectl port-forward pod/NAME :%d` to the same server in a pod of kubectl's, started, its `Forwarding from` line awaited, killed;", srv, echoPort),
+			r.fwdOnce, nameKubectlPFOnce, "`kubectl port-forward`")
+		reportP50(w, "**Kubernetes, a connection through a kept forward**: connect, write a line, read it back, close; the forwards and the kubectl process made before;",
+			r.fwdKept, nameKubectlPFKept, "`kubectl port-forward`")
+	}
+
 	reportP50(w, "**Kubernetes, a fresh sandbox to its first result**: `kube.New`, `Create`, `Run` of `echo hi`, `Remove`, against `kubectl run --rm -i --restart=Never --image=IMAGE --image-pull-policy=Never NAME -- echo hi`; both delete the pod without waiting for it to go; the output checked; after 2 warm-up rounds;",
 		r.first, nameKubectlRun, "`kubectl run`")
 	for _, s := range r.first {
@@ -486,6 +513,13 @@ func (b *bench) reportKubeTargets(w io.Writer) {
 		find(r.first, nameKubeAgent), find(r.first, nameKubectlRun), kubeFirstTarget,
 		"the pod's start: podvm's pod runs an init container first (the agent's delivery, fed through an attach), kubectl's none")
 
+	bound = "the pod's attach stream, which the connection crosses both ways through the API server and the kubelet"
+	if k := find(r.fwdKept, nameKubeForwardKept); k != nil {
+		bound += fmt.Sprintf(": a connection through a kept forward takes %s", ms(k.p50()))
+	}
+	p50ratio(fmt.Sprintf("kube, agent: a forward for one connection p50 ≤ %.1f× `kubectl port-forward`'s", kubeForwardTarget),
+		find(r.fwdOnce, nameKubeForwardOnce), find(r.fwdOnce, nameKubectlPFOnce), kubeForwardTarget, bound)
+
 	p := r.pool
 	what = fmt.Sprintf("kube, agent: Get p50 ≤ %s with a warm pool", ms(getTarget))
 	if p.skip != "" || p.get == nil || !p.get.ok() {
@@ -494,4 +528,173 @@ func (b *bench) reportKubeTargets(w io.Writer) {
 		verdict(what, ms(p.get.p50()), true, p.get.p50() <= getTarget,
 			fmt.Sprintf("this process: a warm Get takes a ready sandbox and asks nothing of the cluster (p90 %s)", ms(p.get.p90())))
 	}
+}
+
+// kubeForwards measures connections to an echo server in the agent's
+// sandbox v through vm.Forward against `kubectl port-forward` to the
+// same server in a pod of kubectl's: a forward made for one connection,
+// then connections through a kept forward. The server, the forwards and
+// the kubectl processes it starts end before it returns; the pod goes
+// with the section's.
+func (b *bench) kubeForwards(ctx context.Context, c *cluster, v vm.VM, r *kubeResult) error {
+	if v == nil {
+		r.fwdSkip = r.rateSkip
+		return nil
+	}
+	progress("kube: forwards: setting up")
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.fwdSkip = "failed: " + oneLine(err)
+		return nil
+	}
+	srv, err := startServer(ctx, v, echoPort, echoArgv)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = endProcess(ctx, srv) }()
+	to := loopback(echoPort)
+	kept, err := vm.Forward(ctx, v, "tcp", to)
+	if err != nil {
+		return fail(err)
+	}
+	defer kept.Close()
+	warm, err := vm.Forward(ctx, v, "tcp", to, vm.WithWarmConnection())
+	if err != nil {
+		return fail(err)
+	}
+	defer warm.Close()
+
+	pfOnce := alt{name: nameKubectlPFOnce, skip: c.kubectlWhy}
+	pfKept := alt{name: nameKubectlPFKept, skip: c.kubectlWhy}
+	if c.kubectl != "" {
+		pod, pf, err := c.echoPod(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			pfOnce.skip, pfKept.skip = "failed: "+oneLine(err), "failed: "+oneLine(err)
+		} else {
+			defer pf.close()
+			pfOnce.op, pfKept.op = c.portForwardEcho(pod), echoAt(pf.addr)
+		}
+	}
+
+	once := []alt{{name: nameKubeForwardOnce, op: func(ctx context.Context) error {
+		f, err := vm.Forward(ctx, v, "tcp", to)
+		if err != nil {
+			return err
+		}
+		return errors.Join(echoAt(f.Addr().String())(ctx), f.Close())
+	}}, pfOnce}
+	if r.fwdOnce, err = measure(ctx, "kube: a forward per connection", once, b.sz.warm, b.sz.exec, b.sz.budget); err != nil {
+		return err
+	}
+	keptAlts := []alt{
+		{name: nameKubeForwardKept, op: echoAt(kept.Addr().String())},
+		{name: nameKubeForwardWarm, op: echoAt(warm.Addr().String())},
+		pfKept,
+	}
+	r.fwdKept, err = measure(ctx, "kube: a kept forward", keptAlts, b.sz.warm, b.sz.exec, b.sz.budget)
+	return err
+}
+
+// echoPod starts a pod of kubectl's serving echoes on echoPort, as the
+// agent's sandbox does, and a `kubectl port-forward` to it, once a line
+// comes back through it.
+func (c *cluster) echoPod(ctx context.Context) (string, *portForward, error) {
+	pod, err := c.startPod(ctx, "echo", "sh", "-c", shellLine(ncArgv(echoPort, echoArgv...))+" & exec sleep 3600")
+	if err != nil {
+		return "", nil, err
+	}
+	// The pod is ready, its nc may not listen yet; a connection that
+	// fails may end kubectl. The one kept lives on ctx.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		pf, err := c.portForward(ctx, pod, echoPort)
+		if err == nil {
+			if err = echoAt(pf.addr)(wctx); err == nil {
+				return pod, pf, nil
+			}
+			pf.close()
+		}
+		select {
+		case <-wctx.Done():
+			return "", nil, fmt.Errorf("no echo through kubectl port-forward: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// portForwardEcho starts `kubectl port-forward` to pod, echoes a line
+// through it and kills it.
+func (c *cluster) portForwardEcho(pod string) op {
+	return func(ctx context.Context) error {
+		pf, err := c.portForward(ctx, pod, echoPort)
+		if err != nil {
+			return err
+		}
+		defer pf.close()
+		return echoAt(pf.addr)(ctx)
+	}
+}
+
+// portForward is a `kubectl port-forward` process.
+type portForward struct {
+	cmd  *osexec.Cmd
+	addr string        // where it listens: 127.0.0.1 and its port
+	done chan struct{} // closed once it exited
+}
+
+// portForward starts `kubectl port-forward pod/POD :PORT` and returns
+// once it says where it listens (its "Forwarding from 127.0.0.1:..."
+// line). Its output is read to the end, so that its lines for each
+// connection never hold it back. ctx's end kills it.
+func (c *cluster) portForward(ctx context.Context, pod string, port int) (*portForward, error) {
+	cmd := c.command(ctx, "port-forward", "pod/"+pod, ":"+strconv.Itoa(port))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = time.Second
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("kubectl port-forward: %w", err)
+	}
+	pf := &portForward{cmd: cmd, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		defer close(pf.done)
+		lines := bufio.NewScanner(out)
+		found := false
+		for !found && lines.Scan() {
+			if p, ok := strings.CutPrefix(lines.Text(), "Forwarding from 127.0.0.1:"); ok {
+				p, _, _ = strings.Cut(p, " ")
+				addr <- "127.0.0.1:" + p
+				found = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		_ = cmd.Wait()
+	}()
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case pf.addr = <-addr:
+		return pf, nil
+	case <-pf.done:
+		return nil, fmt.Errorf("kubectl port-forward: %v before it forwarded: %s", cmd.ProcessState, strings.TrimSpace(stderr.String()))
+	case <-t.C:
+		pf.close()
+		return nil, fmt.Errorf("kubectl port-forward: no %q line within a minute", "Forwarding from")
+	}
+}
+
+// close kills the process and waits for its end.
+func (pf *portForward) close() {
+	_ = pf.cmd.Process.Kill()
+	<-pf.done
 }

@@ -1,8 +1,9 @@
 // Command bench compares podvm with what its users would otherwise use, in
 // one run on one Podman service and one image, and prints the result as
 // markdown tables: exec round trips, sandbox lifecycles, stdout
-// throughput, memory while output streams, concurrency, pools, files and
-// snapshots, with the ratios podvm sets itself as targets; then, on a
+// throughput, memory while output streams, concurrency, pools, files,
+// snapshots, and the services and processes a live sandbox holds
+// (live.go), with the ratios podvm sets itself as targets; then, on a
 // Kubernetes cluster, podvm's kube backend against kubectl (kube.go).
 //
 // The alternatives are the podman CLI run as a process (`podman --url
@@ -176,6 +177,7 @@ type bench struct {
 	leaks                       []string
 	pool                        []poolResult
 	snaps                       []snapshotResult // in snapshot.go
+	live                        *liveResult      // in live.go
 	kube                        *kubeResult      // in kube.go
 	cluster                     *cluster         // the kube section's, nil without one
 }
@@ -193,7 +195,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot", "kube"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot", "live", "kube"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -233,7 +235,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		b.setupBares(ctx)
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots, b.kubes}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots, b.lives, b.kubes}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue

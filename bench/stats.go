@@ -26,6 +26,22 @@ type alt struct {
 	// per, if set, is how many operations one call does: its time is
 	// divided by it.
 	per int
+	// timed, if set, is the operation instead of op, and times itself:
+	// it returns how long the part that counts took (up to a first
+	// byte), leaving out what follows (reading the rest, closing,
+	// waiting for a process to end).
+	timed func(ctx context.Context) (time.Duration, error)
+}
+
+// call runs a's operation once and returns how long it took, or what its
+// timed part took.
+func (a alt) call(ctx context.Context) (time.Duration, error) {
+	if a.timed != nil {
+		return a.timed(ctx)
+	}
+	t0 := time.Now()
+	err := a.op(ctx)
+	return time.Since(t0), err
 }
 
 // series is what measure recorded for one alternative.
@@ -87,7 +103,7 @@ func measure(ctx context.Context, what string, alts []alt, warm, n int, budget t
 			if !live(i) {
 				continue
 			}
-			err := a.op(ctx)
+			_, err := a.call(ctx)
 			if ctx.Err() != nil {
 				return out, ctx.Err()
 			}
@@ -118,9 +134,7 @@ func measure(ctx context.Context, what string, alts []alt, warm, n int, budget t
 			if h := alts[i].held; h != nil {
 				h.before()
 			}
-			t0 := time.Now()
-			err := alts[i].op(ctx)
-			d := time.Since(t0)
+			d, err := alts[i].call(ctx)
 			if h := alts[i].held; h != nil {
 				h.after()
 			}
