@@ -1,11 +1,17 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,12 +62,15 @@ const serverLifetime = time.Hour
 // section's end removes it and nothing else of the run.
 const labelPublished = "io.podvm.bench.published"
 
+// helloName is the hello server's file in the sandbox's /tmp.
+const helloName = "hellosrv"
+
 var (
-	helloArgv     = []string{"echo", "hello"}
-	helloWant     = "hello\n"
-	echoArgv      = []string{"cat"}
-	echoPayload   = "ping\n"
-	echoHiCommand = exec.Command{Name: echoHiArgv[0], Args: echoHiArgv[1:]}
+	helloServerArgv = []string{"/tmp/" + helloName, strconv.Itoa(helloPort)}
+	helloWant       = "hello\n"
+	echoArgv        = []string{"cat"}
+	echoPayload     = "ping\n"
+	echoHiCommand   = exec.Command{Name: echoHiArgv[0], Args: echoHiArgv[1:]}
 )
 
 // The targets (issue 38 §6).
@@ -130,6 +139,10 @@ func (b *bench) lives(ctx context.Context) error {
 			}
 		}
 	}()
+	hello, err := buildHello(ctx)
+	if err != nil {
+		return err
+	}
 	for _, be := range backends[:2] { // through the agent
 		x := &liveBox{name: be.name, skip: b.vmErr[be.name]}
 		boxes = append(boxes, x)
@@ -137,7 +150,7 @@ func (b *bench) lives(ctx context.Context) error {
 			continue
 		}
 		x.v = b.vms[be.name]
-		if err := x.setup(ctx, n); err != nil {
+		if err := x.setup(ctx, n, hello); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -219,11 +232,14 @@ func (r *liveResult) boxAlts(boxes []*liveBox, ref string, rows ...liveAlt) []al
 
 // setup starts the sandbox's servers, waits until each listens, and
 // makes the forwards.
-func (x *liveBox) setup(ctx context.Context, n int64) error {
+func (x *liveBox) setup(ctx context.Context, n int64, hello []byte) error {
+	if err := x.v.CopyIn(ctx, "/tmp", bytes.NewReader(executableTar(helloName, hello))); err != nil {
+		return fmt.Errorf("copying the hello server in: %w", err)
+	}
 	for _, s := range []struct {
 		port int
 		argv []string
-	}{{helloPort, helloArgv}, {bulkPort, streamArgv(n)}, {echoPort, echoArgv}} {
+	}{{helloPort, helloServerArgv}, {bulkPort, ncArgv(bulkPort, streamArgv(n)...)}, {echoPort, ncArgv(echoPort, echoArgv...)}} {
 		p, err := startServer(ctx, x.v, s.port, s.argv)
 		if err != nil {
 			return err
@@ -275,10 +291,9 @@ func (x *liveBox) close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// startServer starts nc serving argv on port in v, and waits until it
-// listens.
-func startServer(ctx context.Context, v vm.VM, port int, argv []string) (*vm.Process, error) {
-	nc := ncArgv(port, argv...)
+// startServer starts the server argv, listening on port in v, and waits
+// until it listens.
+func startServer(ctx context.Context, v vm.VM, port int, nc []string) (*vm.Process, error) {
 	p, err := vm.Start(ctx, v, exec.Command{Name: nc[0], Args: nc[1:], Timeout: serverLifetime})
 	if err != nil {
 		return nil, fmt.Errorf("starting `%s`: %w", shellLine(nc), err)
@@ -512,7 +527,7 @@ func (b *bench) reportLive(w io.Writer) {
 	r := b.live
 	n := b.sz.streamBytes
 	fmt.Fprintf(w, "\n**Live, first byte**: from calling `vm.Dial` to the first byte of a server on the sandbox's loopback (`%s`; the sandbox has no network), and from calling `vm.Start` of `%s` to the first byte of its stdout, against a Run's round trip of `%s` on the same backend; reading the rest, closing and waiting untimed; with what bounds the first: a line echoed over a connection kept open to `%s`, and the command alone; %s\n\n",
-		shellLine(ncArgv(helloPort, helloArgv...)), shellLine(echoHiArgv), shellLine(roundTripArgv), shellLine(ncArgv(echoPort, echoArgv...)), runs(r.first))
+		shellLine(helloServerArgv)+"`, a Go server of cmd/hellosrv that answers in the process that accepts, where busybox's fork one per connection: `", shellLine(echoHiArgv), shellLine(roundTripArgv), shellLine(ncArgv(echoPort, echoArgv...)), runs(r.first))
 	fmt.Fprintln(w, "| how | p50 | p90 | p50 vs the backend's Run | failures |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
 	for _, s := range r.first {
@@ -613,4 +628,31 @@ func (b *bench) liveTargets() []target {
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// buildHello builds cmd/hellosrv, static, and returns the executable.
+func buildHello(ctx context.Context) ([]byte, error) {
+	dir, err := os.MkdirTemp("", "podvm-bench-hello-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	_, here, _, _ := runtime.Caller(0)
+	out := filepath.Join(dir, helloName)
+	c := osexec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-o", out, "./cmd/hellosrv")
+	c.Dir, c.Env = filepath.Dir(here), append(os.Environ(), "CGO_ENABLED=0")
+	if said, err := c.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building cmd/hellosrv: %w: %s", err, said)
+	}
+	return os.ReadFile(out)
+}
+
+// executableTar is a tar stream of one executable file, name, holding b.
+func executableTar(name string, b []byte) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(b))})
+	_, _ = tw.Write(b)
+	_ = tw.Close()
+	return buf.Bytes()
 }
