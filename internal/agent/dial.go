@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podvm/podvm/internal/agent/wire"
@@ -45,17 +46,26 @@ func (c *Client) Dial(ctx context.Context, network, address string, wait bool) (
 		closeAll()
 		return nil, err
 	}
-	if err := r.waitStarted(ctx); err != nil {
+	// When ctx ends, the pipes close first: a service that spoke at once
+	// would otherwise hold the stopped run's delivery in a write nobody
+	// reads.
+	stop := context.AfterFunc(ctx, closeAll)
+	err = r.waitStarted(ctx)
+	if !stop() && err == nil { // connected as ctx ended
+		_ = c.send(wire.Frame{Type: wire.Kill, ID: r.id})
+		err = ctx.Err()
+	}
+	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("agent: dial %s %s in the sandbox: %w", network, address, err)
 	}
 	go func() {
-		// The run's end: once its output is read, the caller reads EOF,
-		// and a write fails instead of waiting for a reader.
+		// The run's end: a write fails at once instead of waiting for a
+		// reader; once the output is read, the caller reads EOF.
 		<-r.ended
+		wOurs.Close()
 		<-r.out[0].done
 		rOurs.Close()
-		wOurs.Close()
 	}()
 	return &Conn{r: r, rd: rTheirs, wr: wTheirs, remote: addr{network, address}}, nil
 }
@@ -76,6 +86,7 @@ type Conn struct {
 	rd, wr net.Conn // the caller's ends of the pipes the run reads and writes
 	remote addr
 	once   sync.Once
+	closed atomic.Bool // Close was called
 }
 
 // Read reads what the sandbox's side sent.
@@ -92,6 +103,7 @@ func (c *Conn) CloseWrite() error { return c.wr.Close() }
 // Close closes the connection: the agent closes its side in the sandbox.
 func (c *Conn) Close() error {
 	c.once.Do(func() {
+		c.closed.Store(true)
 		c.rd.Close()
 		c.wr.Close()
 		select {
@@ -115,14 +127,24 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets both deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
-	return errors.Join(c.rd.SetReadDeadline(t), c.wr.SetWriteDeadline(t))
+	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
 }
 
 // SetReadDeadline sets the deadline of Read.
-func (c *Conn) SetReadDeadline(t time.Time) error { return c.rd.SetReadDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.deadline(c.rd.SetReadDeadline(t)) }
 
 // SetWriteDeadline sets the deadline of Write.
-func (c *Conn) SetWriteDeadline(t time.Time) error { return c.wr.SetWriteDeadline(t) }
+func (c *Conn) SetWriteDeadline(t time.Time) error { return c.deadline(c.wr.SetWriteDeadline(t)) }
+
+// deadline is the error of setting a deadline: none once the sandbox's
+// side ended, as on a TCP connection whose peer closed (the pipe's end
+// is closed then), only once Close was called.
+func (c *Conn) deadline(err error) error {
+	if errors.Is(err, io.ErrClosedPipe) && !c.closed.Load() {
+		return nil
+	}
+	return err
+}
 
 // addr is a net.Addr of a Dial.
 type addr struct{ network, address string }
@@ -141,8 +163,9 @@ func (a addr) String() string  { return a.address }
 // the splice (Ended, then Done, with Err set). When ctx ends before the
 // agent said it connected, the splice is ended as by Close.
 //
-// Splice reads rw until its Read fails, even after the splice ended:
-// the caller ends that by closing what rw reads.
+// Once the splice ended, Splice reads rw at most once more (a Read in
+// progress, or one with credit left): the caller drains or closes what
+// rw reads.
 func (c *Client) Splice(ctx context.Context, network, address string, rw io.ReadWriter) (*Splice, error) {
 	if err := checkAddress(network, address); err != nil {
 		return nil, err
@@ -182,8 +205,9 @@ func (s *Splice) Ended() <-chan struct{} { return s.r.ended }
 // half-close or close what it writes to.
 func (s *Splice) Done() <-chan struct{} { return s.r.out[0].done }
 
-// Err is, once Done is closed, why the connection could not be made (nil
-// if it was made).
+// Err is, once Done is closed, why the connection failed: it could not
+// be made, or the channel ended (nil when the connection ended as
+// connections do).
 func (s *Splice) Err() error {
 	select {
 	case <-s.r.exited:

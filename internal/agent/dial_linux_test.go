@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -305,4 +306,26 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 		server.Close()
 	})
 	return client, server
+}
+
+// Once the service's side closed, a write fails at once, even one that
+// nobody in the sandbox would read.
+func TestDialWriteAfterTheServiceClosed(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serve(t, l, func(c net.Conn) { c.Close() })
+	c, err := a.Dial(context.Background(), "tcp", l.Addr().String(), false)
+	require.NoError(t, err)
+	defer c.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection never ended")
+	}
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Write(make([]byte, 1<<20))
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded, "the write waited for a reader")
 }
