@@ -201,18 +201,38 @@ func Forward(ctx context.Context, v VM, network, address string, opts ...Forward
 	if err != nil {
 		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, err)
 	}
-	f := &Forwarder{l: l, d: d, network: network, address: address, warm: o.warm, conns: map[net.Conn]bool{}}
+	f := &Forwarder{l: l, d: d, network: network, address: address, conns: map[net.Conn]bool{}}
 	f.sp, _ = capability[splicer](v)
+	f.warm = o.warm && f.sp != nil
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	if s, ok := capability[interface{ holdForward(*Forwarder) bool }](v); ok && !s.holdForward(f) {
-		l.Close()
-		return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, ErrRemoved)
+	var dead <-chan struct{} // the sandbox's death, when it can tell
+	if s, ok := capability[interface {
+		holdForward(*Forwarder) (<-chan struct{}, bool)
+	}](v); ok {
+		if dead, ok = s.holdForward(f); !ok {
+			f.cancel()
+			l.Close()
+			return nil, fmt.Errorf("vm: forward to %s %s: %w", network, address, ErrRemoved)
+		}
 	}
-	if f.warm {
-		f.prepare()
+	select {
+	case <-dead:
+		f.Close()
+		return nil, fmt.Errorf("vm: forward to %s %s: the sandbox's agent is gone: %w", network, address, ErrContainerNotRunning)
+	default:
 	}
+	f.prepare()
 	f.wg.Add(1)
 	go f.serve()
+	if dead != nil {
+		go func() {
+			select {
+			case <-dead: // killed from outside, say
+				f.Close()
+			case <-f.ctx.Done():
+			}
+		}()
+	}
 	return f, nil
 }
 
@@ -225,9 +245,11 @@ type forwardOptions struct{ warm bool }
 // the next client, so that a client's connect costs no connect in the
 // sandbox: at the forward's start, then again once each client's
 // connection ended. The service sees that connection open before any
-// client comes (and closed, unused, at the forward's end): leave the
-// option out for a service that counts or limits its connections. One
-// the service closed while it waited is not used.
+// client comes (and closed, unused, at the forward's end), and it counts
+// against [MaxConnections]: leave the option out for a service that
+// counts or limits its connections. One the service closed while it
+// waited is not used. A VM whose agent cannot carry a client's socket
+// itself (a ServiceDialer of the caller's) makes no warm connection.
 func WithWarmConnection() ForwardOption {
 	return func(o *forwardOptions) { o.warm = true }
 }
@@ -251,10 +273,11 @@ type Forwarder struct {
 	ctx              context.Context
 	cancel           context.CancelFunc // ends the dials in flight, at Close
 
-	mu     sync.Mutex
-	conns  map[net.Conn]bool // the client's ends, and a copy's sandbox ends
-	spare  *late             // a warm connection, waiting for a client
-	closed bool
+	mu        sync.Mutex
+	conns     map[net.Conn]bool // the client's ends, and a copy's sandbox ends
+	spare     *late             // a warm connection, waiting for a client
+	preparing bool              // one is being made
+	closed    bool
 }
 
 // Addr is the address the forward listens on: 127.0.0.1 and its port.
@@ -339,74 +362,85 @@ func (f *Forwarder) untrack(cs ...net.Conn) {
 
 // carrySplice carries client connection c to the sandbox's address: the
 // agent's client reads and writes c itself. Once the service's end
-// closed, c gets EOF and, forwardLinger at most, is left to close.
+// closed, c gets EOF and, forwardLinger at most, its unread bytes are
+// drained before it is closed; a client gone (a write to it failed, or
+// its connection reset) ends the service's side too.
 func (f *Forwarder) carrySplice(c net.Conn) {
 	defer f.wg.Done()
-	rw := &clientConn{Conn: c, failed: make(chan struct{})}
+	defer f.prepare() // the next warm connection, once this one is over
+	rw := &clientConn{Conn: c, failed: make(chan struct{}), gone: make(chan struct{})}
 	var sp *agent.Splice
 	if spare := f.takeSpare(); spare != nil {
 		sp = spare.sp
 		spare.attach(rw)
 	} else {
-		ctx, cancel := context.WithTimeout(f.ctx, forwardDial)
 		var err error
-		sp, err = f.sp.splice(ctx, f.network, f.address, rw)
-		if err != nil {
-			cancel()
+		// f.ctx: the agent's own timeout bounds the connect, Close
+		// ends it.
+		if sp, err = f.sp.splice(f.ctx, f.network, f.address, rw); err != nil {
 			f.untrack(c)
 			return
 		}
-		go func() {
-			<-sp.Ended() // the splice's connect is bounded until then
-			cancel()
-		}()
 	}
-	defer f.prepare()
-	select {
-	case <-sp.Done():
-	case <-rw.failed:
-		if rw.err() != io.EOF { // the client is gone: so is its connection
-			sp.Close()
-		}
+	failed, gone := rw.failed, rw.gone
+	for done := false; !done; {
 		select {
 		case <-sp.Done():
+			done = true
+		case <-failed: // the client's EOF: a half-close, or its end
+			if rw.err() != io.EOF {
+				sp.Close()
+			}
+			failed = nil
+		case <-gone:
+			sp.Close()
+			gone = nil
 		case <-f.ctx.Done():
 			sp.Close()
-		}
-	case <-f.ctx.Done():
-		sp.Close()
-	}
-	if sp.Err() == nil && f.ctx.Err() == nil {
-		if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-			t := time.NewTimer(forwardLinger)
+			t := time.NewTimer(agent.KillWait)
 			select {
-			case <-rw.failed: // the client closed (or sent more: read and dropped)
-			case <-t.C:
-			case <-f.ctx.Done():
+			case <-sp.Done():
+			case <-t.C: // an agent that does not answer holds no Close
 			}
 			t.Stop()
+			f.untrack(c)
+			return
+		}
+	}
+	if sp.Err() == nil {
+		if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			_ = c.SetReadDeadline(time.Now().Add(forwardLinger))
+			_, _ = io.Copy(io.Discard, rw)
 		}
 	}
 	f.untrack(c)
-	<-sp.Done()
 }
 
 // clientConn is a client's connection as a splice reads and writes it:
-// failed is closed once a Read failed (io.EOF included).
+// failed is closed once a Read failed (io.EOF included), gone once a
+// Write did.
 type clientConn struct {
 	net.Conn
-	once   sync.Once
-	failed chan struct{}
-	rerr   error
+	rOnce, wOnce sync.Once
+	failed, gone chan struct{}
+	rerr         error
 }
 
 func (c *clientConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if err != nil {
-		c.once.Do(func() {
+		c.rOnce.Do(func() {
 			c.rerr = err
 			close(c.failed)
 		})
+	}
+	return n, err
+}
+
+func (c *clientConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.wOnce.Do(func() { close(c.gone) })
 	}
 	return n, err
 }
@@ -454,41 +488,32 @@ func (l *late) discard() {
 }
 
 // prepare makes the warm connection of a forward WithWarmConnection that
-// has none, in the background.
+// has none.
 func (f *Forwarder) prepare() {
 	if !f.warm {
 		return
 	}
 	f.mu.Lock()
-	if f.closed || f.spare != nil {
+	if f.closed || f.spare != nil || f.preparing {
 		f.mu.Unlock()
 		return
 	}
-	l := &late{ready: make(chan struct{})}
-	f.spare = l
-	f.wg.Add(1)
+	f.preparing = true
 	f.mu.Unlock()
-	go func() {
-		defer f.wg.Done()
-		ctx, cancel := context.WithTimeout(f.ctx, forwardDial)
-		defer cancel()
-		sp, err := f.sp.splice(ctx, f.network, f.address, l)
-		f.mu.Lock()
-		if err == nil && f.spare == l {
-			l.sp = sp
-			f.mu.Unlock()
-			<-sp.Ended() // the connect's ctx lasts while it may be used
-			return
-		}
-		if f.spare == l {
-			f.spare = nil
-		}
-		f.mu.Unlock()
-		if err == nil {
-			sp.Close()
-		}
+	l := &late{ready: make(chan struct{})}
+	// f.ctx: the agent's own timeout bounds the connect, Close ends it.
+	sp, err := f.sp.splice(f.ctx, f.network, f.address, l)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.preparing = false
+	switch {
+	case err != nil: // the next client's end tries again
+	case f.closed:
+		sp.Close()
 		l.discard()
-	}()
+	default:
+		l.sp, f.spare = sp, l
+	}
 }
 
 // takeSpare returns the warm connection, if one is made and its service
@@ -496,12 +521,11 @@ func (f *Forwarder) prepare() {
 func (f *Forwarder) takeSpare() *late {
 	f.mu.Lock()
 	l := f.spare
-	if l == nil || l.sp == nil {
-		f.mu.Unlock()
-		return nil
-	}
 	f.spare = nil
 	f.mu.Unlock()
+	if l == nil {
+		return nil
+	}
 	select {
 	case <-l.sp.Ended():
 		l.discard()

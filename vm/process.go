@@ -407,23 +407,15 @@ func (h *held) release(n *int) {
 	h.procMu.Unlock()
 }
 
-// holdForward makes f one of the sandbox's forwards, closed by Remove
-// or by the sandbox's death, unless the sandbox is being removed.
-func (s *sandbox) holdForward(f *Forwarder) bool {
+// holdForward makes f one of the sandbox's forwards, closed by Remove,
+// unless the sandbox is being removed, and returns what is closed when
+// the sandbox dies (its agent's channel ends).
+func (s *sandbox) holdForward(f *Forwarder) (dead <-chan struct{}, ok bool) {
 	s.procMu.Lock()
 	defer s.procMu.Unlock()
 	st := s.state()
 	if s.closed || st.removed {
-		return false
-	}
-	if st.agent != nil {
-		go func() {
-			select {
-			case <-st.agent.Dead(): // killed from outside, say
-				f.Close()
-			case <-f.ctx.Done():
-			}
-		}()
+		return nil, false
 	}
 	if s.forwards == nil {
 		s.forwards = map[*Forwarder]bool{}
@@ -434,7 +426,10 @@ func (s *sandbox) holdForward(f *Forwarder) bool {
 		delete(s.forwards, f)
 		s.procMu.Unlock()
 	}
-	return true
+	if st.agent != nil {
+		dead = st.agent.Dead()
+	}
+	return dead, true
 }
 
 // stopHolding makes Start and Forward refuse from now on, and returns
