@@ -15,7 +15,7 @@ import (
 
 // UnixEchoEnv names the environment variable that holds the path of a
 // built testdata/unixecho (make test builds it): without it, the suite
-// builds one with the go command, once per test binary.
+// builds one with the go command for each case that needs it.
 const UnixEchoEnv = "PODVM_UNIXECHO"
 
 // unixEchoBinary returns the path of a static unixecho binary: the one
@@ -29,7 +29,7 @@ func unixEchoBinary(t *testing.T) string {
 	path := filepath.Join(t.TempDir(), "unixecho")
 	cmd := exec.Command("go", "build", "-buildvcs=false", "-o", path, "./testdata/unixecho")
 	cmd.Dir = filepath.Dir(file)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux") // the sandbox's; its arch is the host's
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building testdata/unixecho (or name one in %s): %v: %s", UnixEchoEnv, err, out)
 	}

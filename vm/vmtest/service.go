@@ -212,7 +212,14 @@ func serviceCases(h Harness) []testCase {
 					t.Fatalf("connecting to the forward: %v", err)
 				}
 				defer fc.Close()
-				time.Sleep(100 * time.Millisecond) // its dial is in flight
+				waitSockets(ctx, t, v, "the forward's dial to be in flight", func(ss string) bool {
+					for _, line := range strings.Split(ss, "\n") {
+						if strings.Contains(line, ":"+port+" ") && strings.Contains(line, "SYN_SENT") {
+							return true
+						}
+					}
+					return false
+				})
 				began := time.Now()
 				if err := f.Close(); err != nil {
 					t.Errorf("Close: %v", err)
@@ -240,6 +247,29 @@ func serviceCases(h Harness) []testCase {
 				})
 				return []observation{observe("past the backlog", nil, past)}
 			}},
+		{Name: "service/client-gone", Promise: "a forward's client that leaves, even in an orderly way, ends the service's side of its connection when the service never stops sending",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const addr = "127.0.0.1:18085"
+				// A tick every 100 ms: the client closes with nothing
+				// unread, an orderly end that reads as its EOF, not a reset.
+				start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18085", "-e", "sh", "-c", "while echo tick; do sleep 0.1; done"}})
+				waitListening(ctx, t, v, "tcp", addr)
+				c := viaForward(ctx, t, v, "tcp", addr)
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "tick\n" {
+					t.Fatalf("reading the stream: %q, %v", line, err)
+				}
+				c.Close()
+				waitSockets(ctx, t, v, "the service's connection to end", func(ss string) bool {
+					for _, line := range strings.Split(ss, "\n") {
+						if strings.Contains(line, ":18085 ") && strings.Contains(line, "ESTABLISHED") {
+							return false
+						}
+					}
+					return true
+				})
+				return []observation{outcome("ended", true)}
+			}},
 		{Name: "service/unix", Promise: "a service on a unix socket is reached through Dial and a forward, half-close included; a missing socket is ENOENT",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				const sock = "/tmp/upper.sock"
@@ -262,6 +292,7 @@ func serviceCases(h Harness) []testCase {
 				// Each connection's shell logs its pid, then greets with it.
 				start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18084", "-e", "sh", "-c", `echo $$ >>/tmp/conns; echo "hello from $$"; exec cat >/dev/null`}})
 				waitListening(ctx, t, v, "tcp", addr) // its connection is logged too
+				waitConns(ctx, t, v, 1)
 				f, err := vm.Forward(ctx, v, "tcp", addr, vm.WithWarmConnection())
 				if err != nil {
 					t.Fatalf("Forward: %v", err)
@@ -272,10 +303,17 @@ func serviceCases(h Harness) []testCase {
 				if err := runOK(ctx, v, "kill", warm); err != nil {
 					t.Fatalf("ending the warm connection's shell: %v", err)
 				}
+				// Closed on both ends: the agent's, which it closes just
+				// before it says so, is in neither of these states.
 				waitSockets(ctx, t, v, "the warm connection to close", func(ss string) bool {
-					return !strings.Contains(ss, "ESTABLISHED")
+					for _, line := range strings.Split(ss, "\n") {
+						if strings.Contains(line, ":18084 ") && (strings.Contains(line, "ESTABLISHED") || strings.Contains(line, "CLOSE_WAIT")) {
+							return false
+						}
+					}
+					return true
 				})
-				// The agent's word that it ended crosses the channel.
+				// Its word crosses the channel.
 				time.Sleep(200 * time.Millisecond)
 				greeting := greet(t, f.Addr().String())
 				if greeting == "hello from "+warm+"\n" {
