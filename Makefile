@@ -30,13 +30,15 @@ demo: ## compile and run a Go program in a sandbox, through both backends side b
 
 # go test's -timeout is per package: at least twice what the slowest (vm,
 # 12 min under a cold machine's load) takes; a hung case is caught sooner,
-# by its own watchdog (vm/vmtest).
+# by its own watchdog (vm/vmtest). -p 1: one package at a time. vm and
+# vm/kube side by side drove two cores to a load of 20-32, where a kill's
+# podman exec outran its grace and cases their deadlines.
 test: lint check-generate ## every test: unit and integration against a real Podman and a real Kubernetes, then a leak check
 	@$(WITH_PODMAN); $(WITH_KUBE); \
 	$(GO) run ./internal/testreap || exit 1; \
 	mkdir -p .podvm && CGO_ENABLED=0 $(GO) build -buildvcs=false -o .podvm/unixecho ./vm/vmtest/testdata/unixecho || exit 1; \
 	export PODVM_UNIXECHO=$$PWD/.podvm/unixecho; \
-	$(GO) test -race -count=1 -timeout 30m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
+	$(GO) test -race -count=1 -p 1 -timeout 30m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
 	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$$)' .podvm-test.log; \
 	scripts/conformance-table.sh .podvm-test.log || rc=1; \
 	if command -v podman >/dev/null; then scripts/check-leaks.sh || rc=1; fi; exit $$rc

@@ -34,7 +34,7 @@ func processCases(h Harness) []testCase {
 				if err != nil || res.Stdout != "ready\nterm\n" || res.ExitCode != 3 {
 					t.Fatalf("Wait: %+v, %v; want the trap's output and exit 3", res, err)
 				}
-				res.Stderr = ""
+				res.Stderr, res.StderrBytes = "", 0
 				if err := p.Signal(syscall.SIGTERM); !errors.Is(err, vm.ErrProcessDone) {
 					t.Errorf("Signal after the end: %v; want ErrProcessDone", err)
 				}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,6 +183,17 @@ func serviceCases(h Harness) []testCase {
 				// kernel leaves further connects unanswered.
 				if err := p.Signal(syscall.SIGSTOP); err != nil {
 					t.Fatalf("stopping nc: %v", err)
+				}
+				// Signal returns once the signal is sent: a dial before nc
+				// stopped would be its one connection, and its listener gone.
+				for deadline := time.Now().Add(30 * time.Second); ; {
+					if runOK(ctx, v, "grep", "-q", "^State:.T", "/proc/"+strconv.Itoa(p.PID())+"/status") == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("nc did not stop within 30 s")
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
 				var conns []net.Conn
 				defer func() {
