@@ -438,7 +438,7 @@ func cases(h Harness) []testCase {
 		cases = append(cases, single("exit/"+strconv.Itoa(code), "a non-zero exit is data, never an error",
 			sh(`exit $1`, strconv.Itoa(code)), "", "", code))
 	}
-	cases = append(cases, contractCases()...)
+	cases = append(cases, contractCases(h)...)
 	cases = append(cases, lifecycleCases(h)...)
 	cases = append(cases, trackedCases(h)...)
 	cases = append(cases, fileCases()...)

