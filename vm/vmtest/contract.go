@@ -198,8 +198,8 @@ func runTimedOut(ctx context.Context, t *testing.T, v vm.VM, cmd exec.Command) e
 	t.Helper()
 	start := time.Now()
 	res, err := v.Run(ctx, cmd)
-	if elapsed := time.Since(start); elapsed > cmd.Timeout+vm.KillGrace+2*time.Second {
-		t.Errorf("Run returned after %v; want within %v + %v", elapsed, cmd.Timeout, vm.KillGrace)
+	if elapsed := time.Since(start); elapsed > cmd.Timeout+vm.KillGrace+Grace {
+		t.Errorf("Run returned after %v; want within %v + %v + %v", elapsed, cmd.Timeout, vm.KillGrace, Grace)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) || res == nil || !res.TimedOut {
 		t.Fatalf("got %+v, %v; want a timed-out Result", res, err)
