@@ -1,0 +1,280 @@
+// Package psk secures a stream between two ends that share a secret key
+// and nothing else: no certificate, no name. It is how a caller reaches
+// a sandbox's agent over a network (a pod's address): the key goes to
+// the agent over a channel that is already private (the attach stream),
+// so only the caller and that agent hold it, and a connection that
+// cannot prove it is dropped before a byte of the protocol flows.
+//
+// # Handshake
+//
+// The dialing end sends [Magic] and a 32-byte random nonce nC; the
+// listening end answers with its own nonce nS and
+// HMAC-SHA256(key, "podvm-psk server" ‖ nC ‖ nS); the dialing end checks
+// it and answers HMAC-SHA256(key, "podvm-psk client" ‖ nC ‖ nS), which the
+// listening end checks. Each end thus proves it holds the key to the
+// other, over nonces the other chose fresh, so nothing recorded can be
+// replayed.
+//
+// # Records
+//
+// Each direction has its own key, HMAC-SHA256(key, label ‖ nC ‖ nS) with
+// the labels "podvm-psk c2s" and "podvm-psk s2c", used with AES-256-GCM.
+// A record is a 4-byte big-endian length then that many bytes sealed
+// (plaintext of at most [MaxRecord] bytes, then the 16-byte tag), the
+// length as additional data and the record's sequence number, counted
+// from 0 per direction, as nonce. So a record that was altered, dropped,
+// reordered, replayed or sent back the other way fails to open, and the
+// connection with it: a reader gets [ErrAuth] and nothing after.
+//
+// What it does not give: forward secrecy (whoever later learns the key
+// can read recorded traffic; keys live in the two processes' memory
+// only) and hiding of record lengths and timing.
+package psk
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// KeySize is the size of a key, in bytes.
+const KeySize = 32
+
+// Magic opens a connection: a peer that speaks anything else is dropped.
+const Magic = "podvmPSK"
+
+// MaxRecord bounds a record's plaintext.
+const MaxRecord = 64 << 10
+
+const (
+	nonceSize = 32
+	macSize   = sha256.Size
+	tagSize   = 16
+)
+
+// ErrAuth reports a peer that does not hold the key, or a record that
+// did not come from it as it was sent.
+var ErrAuth = errors.New("psk: authentication failed")
+
+// NewKey returns a fresh random key.
+func NewKey() []byte {
+	k := make([]byte, KeySize)
+	_, _ = rand.Read(k) // crypto/rand.Read never fails (Go 1.24)
+	return k
+}
+
+// Dial runs the dialing end's handshake on c and returns the secured
+// connection. A deadline on c bounds it; on failure c is closed.
+func Dial(c net.Conn, key []byte) (*Conn, error) {
+	return handshake(c, key, true)
+}
+
+// Accept runs the listening end's handshake on c and returns the secured
+// connection. A deadline on c bounds it; on failure c is closed.
+func Accept(c net.Conn, key []byte) (*Conn, error) {
+	return handshake(c, key, false)
+}
+
+func handshake(c net.Conn, key []byte, dialer bool) (*Conn, error) {
+	if len(key) != KeySize {
+		c.Close()
+		return nil, fmt.Errorf("psk: a key is %d bytes, not %d", KeySize, len(key))
+	}
+	sc, err := exchange(c, key, dialer)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return sc, nil
+}
+
+func exchange(c net.Conn, key []byte, dialer bool) (*Conn, error) {
+	var nc, ns [nonceSize]byte
+	if dialer {
+		_, _ = rand.Read(nc[:])
+		if _, err := c.Write(append([]byte(Magic), nc[:]...)); err != nil {
+			return nil, fmt.Errorf("psk: handshake: %w", err)
+		}
+		var in [nonceSize + macSize]byte
+		if _, err := io.ReadFull(c, in[:]); err != nil {
+			return nil, fmt.Errorf("psk: handshake: %w", err)
+		}
+		copy(ns[:], in[:nonceSize])
+		if !hmac.Equal(in[nonceSize:], mac(key, "podvm-psk server", nc, ns)) {
+			return nil, fmt.Errorf("%w: the listening end does not hold the key", ErrAuth)
+		}
+		if _, err := c.Write(mac(key, "podvm-psk client", nc, ns)); err != nil {
+			return nil, fmt.Errorf("psk: handshake: %w", err)
+		}
+		return newConn(c, mac(key, "podvm-psk c2s", nc, ns), mac(key, "podvm-psk s2c", nc, ns))
+	}
+	var in [len(Magic) + nonceSize]byte
+	if _, err := io.ReadFull(c, in[:]); err != nil {
+		return nil, fmt.Errorf("psk: handshake: %w", err)
+	}
+	if !bytes.Equal(in[:len(Magic)], []byte(Magic)) {
+		return nil, fmt.Errorf("%w: the peer does not speak psk", ErrAuth)
+	}
+	copy(nc[:], in[len(Magic):])
+	_, _ = rand.Read(ns[:])
+	if _, err := c.Write(append(ns[:], mac(key, "podvm-psk server", nc, ns)...)); err != nil {
+		return nil, fmt.Errorf("psk: handshake: %w", err)
+	}
+	var proof [macSize]byte
+	if _, err := io.ReadFull(c, proof[:]); err != nil {
+		return nil, fmt.Errorf("psk: handshake: %w", err)
+	}
+	if !hmac.Equal(proof[:], mac(key, "podvm-psk client", nc, ns)) {
+		return nil, fmt.Errorf("%w: the dialing end does not hold the key", ErrAuth)
+	}
+	return newConn(c, mac(key, "podvm-psk s2c", nc, ns), mac(key, "podvm-psk c2s", nc, ns))
+}
+
+// mac is HMAC-SHA256(key, label ‖ nc ‖ ns).
+func mac(key []byte, label string, nc, ns [nonceSize]byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(label))
+	h.Write(nc[:])
+	h.Write(ns[:])
+	return h.Sum(nil)
+}
+
+// Conn is a secured connection. Read and Write may be called at once
+// from two goroutines; Writes are serialized, as are Reads.
+type Conn struct {
+	net.Conn
+
+	wmu  sync.Mutex
+	seal cipher.AEAD
+	wseq uint64
+	wbuf []byte
+
+	rmu  sync.Mutex
+	open cipher.AEAD
+	rseq uint64
+	rbuf []byte // a record read, then its plaintext
+	left []byte // what of the plaintext Read has not returned
+	rerr error
+}
+
+func newConn(c net.Conn, wkey, rkey []byte) (*Conn, error) {
+	seal, err := gcm(wkey)
+	if err != nil {
+		return nil, err
+	}
+	open, err := gcm(rkey)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Conn: c, seal: seal, open: open}, nil
+}
+
+func gcm(key []byte) (cipher.AEAD, error) {
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(b)
+}
+
+// nonce is the GCM nonce of record seq.
+func nonce(seq uint64) []byte {
+	var n [12]byte
+	binary.BigEndian.PutUint64(n[4:], seq)
+	return n[:]
+}
+
+// Write seals p into records of at most MaxRecord bytes, written to the
+// connection in one call.
+func (c *Conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b := c.wbuf[:0]
+	for rest := p; len(rest) > 0; {
+		chunk := rest[:min(len(rest), MaxRecord)]
+		rest = rest[len(chunk):]
+		var hdr [4]byte
+		binary.BigEndian.PutUint32(hdr[:], uint32(len(chunk)+tagSize))
+		b = append(b, hdr[:]...)
+		b = c.seal.Seal(b, nonce(c.wseq), chunk, hdr[:])
+		c.wseq++
+	}
+	if cap(b) <= 4*(MaxRecord+tagSize+4) {
+		c.wbuf = b
+	}
+	if _, err := c.Conn.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Read returns plaintext of records that opened. A record that does not
+// open ends the connection for reading: that Read and every later one
+// return an error matching [ErrAuth].
+func (c *Conn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for len(c.left) == 0 {
+		if c.rerr != nil {
+			return 0, c.rerr
+		}
+		if err := c.readRecord(); err != nil {
+			if !errors.Is(err, ErrAuth) && !errors.Is(err, io.EOF) {
+				return 0, err // a timeout, say: the stream is still whole
+			}
+			c.rerr = err
+		}
+	}
+	n := copy(p, c.left)
+	c.left = c.left[n:]
+	return n, nil
+}
+
+// readRecord reads and opens one record into c.left. A read that fails
+// mid-record (a deadline) leaves the stream out of step, so it ends
+// reading too, unless nothing of the record was read.
+func (c *Conn) readRecord() error {
+	var hdr [4]byte
+	if n, err := io.ReadFull(c.Conn, hdr[:]); err != nil {
+		if n == 0 {
+			return err
+		}
+		return fmt.Errorf("%w: a record cut short: %w", ErrAuth, err)
+	}
+	size := int(binary.BigEndian.Uint32(hdr[:]))
+	if size < tagSize || size > MaxRecord+tagSize {
+		return fmt.Errorf("%w: a record of %d bytes", ErrAuth, size)
+	}
+	if cap(c.rbuf) < size {
+		c.rbuf = make([]byte, MaxRecord+tagSize)
+	}
+	buf := c.rbuf[:size]
+	if _, err := io.ReadFull(c.Conn, buf); err != nil {
+		return fmt.Errorf("%w: a record cut short: %w", ErrAuth, err)
+	}
+	plain, err := c.open.Open(buf[:0], nonce(c.rseq), buf, hdr[:])
+	if err != nil {
+		return fmt.Errorf("%w: record %d does not open", ErrAuth, c.rseq)
+	}
+	c.rseq++
+	c.left = plain
+	return nil
+}
+
+// CloseWrite shuts down the writing side of the connection beneath, when
+// it has one (a TCP connection): the peer reads EOF.
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}

@@ -1,0 +1,185 @@
+package psk
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pair runs both handshakes over a TCP connection on loopback and
+// returns their results.
+func pair(t *testing.T, dialKey, acceptKey []byte) (d, a *Conn, derr, aerr error) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.Accept()
+		if err != nil {
+			aerr = err
+			return
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		a, aerr = Accept(c, acceptKey)
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	d, derr = Dial(c, dialKey)
+	if derr != nil {
+		c.Close() // so the accepting end's read ends
+	}
+	<-done
+	for _, c := range []*Conn{d, a} {
+		if c != nil {
+			_ = c.SetDeadline(time.Time{})
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	return d, a, derr, aerr
+}
+
+func TestBothWaysCarryWhatWasWritten(t *testing.T) {
+	key := NewKey()
+	d, a, derr, aerr := pair(t, key, key)
+	require.NoError(t, derr)
+	require.NoError(t, aerr)
+
+	// More than a record, written at once, in both directions together.
+	big := make([]byte, 3*MaxRecord+17)
+	_, _ = rand.Read(big)
+	for _, w := range []struct{ from, to *Conn }{{d, a}, {a, d}} {
+		go func() { _, _ = w.from.Write(big) }()
+		got := make([]byte, len(big))
+		_, err := io.ReadFull(w.to, got)
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(big, got), "bytes differ")
+	}
+
+	// A half-close is EOF at the other end, after what came before.
+	_, err := d.Write([]byte("last"))
+	require.NoError(t, err)
+	require.NoError(t, d.CloseWrite())
+	rest, err := io.ReadAll(a)
+	require.NoError(t, err)
+	assert.Equal(t, "last", string(rest))
+}
+
+func TestAWrongKeyIsRefusedAtBothEnds(t *testing.T) {
+	_, _, derr, aerr := pair(t, NewKey(), NewKey())
+	assert.ErrorIs(t, derr, ErrAuth, "the dialer must not accept a listener without the key")
+	assert.Error(t, aerr, "the listener must not accept a dialer without the key")
+}
+
+func TestABadKeySizeIsRefused(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	_, err := Dial(a, []byte("short"))
+	assert.ErrorContains(t, err, "a key is 32 bytes")
+}
+
+func TestAPeerThatDoesNotSpeakItIsDropped(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() { _, _ = b.Write([]byte("GET / HTTP/1.1\r\nHost: podvm.example\r\nAccept: */*\r\n\r\n")) }()
+	_, err := Accept(a, NewKey())
+	assert.ErrorIs(t, err, ErrAuth)
+}
+
+// tamper is the dialer's side of a connection that alters what the
+// dialer writes once the handshake is through.
+type tamper struct {
+	net.Conn
+	after int // bytes to pass before change applies
+	seen  int
+	// change rewrites a write; nil passes it on.
+	change func(p []byte) []byte
+}
+
+func (t *tamper) Write(p []byte) (int, error) {
+	t.seen += len(p)
+	if t.seen > t.after && t.change != nil {
+		q := t.change(append([]byte(nil), p...))
+		if _, err := t.Conn.Write(q); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return t.Conn.Write(p)
+}
+
+// handshakeBytes is what the dialer writes in a handshake.
+const handshakeBytes = len(Magic) + nonceSize + macSize
+
+func TestAnAlteredRecordEndsTheConnection(t *testing.T) {
+	for name, change := range map[string]func([]byte) []byte{
+		"a flipped bit":      func(p []byte) []byte { p[len(p)-1] ^= 1; return p },
+		"a longer length":    func(p []byte) []byte { p[3]++; return p },
+		"a record replayed":  func(p []byte) []byte { return append(p, p...) },
+		"a record truncated": func(p []byte) []byte { return p[:len(p)-1] },
+	} {
+		t.Run(name, func(t *testing.T) {
+			key := NewKey()
+			x, y := net.Pipe()
+			done := make(chan *Conn)
+			go func() {
+				c, err := Accept(y, key)
+				assert.NoError(t, err)
+				done <- c
+			}()
+			tc := &tamper{Conn: x, after: handshakeBytes, change: change}
+			d, err := Dial(tc, key)
+			require.NoError(t, err)
+			a := <-done
+			defer a.Close()
+			go func() {
+				_, _ = d.Write([]byte("first record"))
+				d.Close()
+			}()
+			got, err := io.ReadAll(a)
+			if name == "a record replayed" {
+				// The first copy is good; the second does not open.
+				assert.Equal(t, "first record", string(got))
+			}
+			assert.ErrorIs(t, err, ErrAuth)
+			_, again := a.Read(make([]byte, 1))
+			assert.ErrorIs(t, again, ErrAuth, "once a record failed, every Read fails")
+		})
+	}
+}
+
+func TestARecordSentBackIsRefused(t *testing.T) {
+	key := NewKey()
+	x, y := net.Pipe()
+	done := make(chan *Conn)
+	go func() {
+		c, err := Accept(y, key)
+		assert.NoError(t, err)
+		done <- c
+	}()
+	// Capture what the dialer sends after the handshake, then feed it to
+	// the dialer's own reader, as if the listener had sent it.
+	var sent bytes.Buffer
+	tc := &tamper{Conn: x, after: handshakeBytes, change: func(p []byte) []byte { sent.Write(p); return p }}
+	d, err := Dial(tc, key)
+	require.NoError(t, err)
+	a := <-done
+	go func() { _, _ = d.Write([]byte("to the listener")) }()
+	buf := make([]byte, 64)
+	n, err := a.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "to the listener", string(buf[:n]))
+
+	go func() { _, _ = y.Write(sent.Bytes()); y.Close() }()
+	_, err = io.ReadAll(d)
+	assert.True(t, errors.Is(err, ErrAuth), "a reflected record opened: %v", err)
+}
