@@ -120,6 +120,24 @@ func (t *tamper) Write(p []byte) (int, error) {
 // handshakeBytes is what the dialer writes in a handshake.
 const handshakeBytes = len(Magic) + nonceSize + macSize
 
+// tampered connects a dialer and a listener over a pipe, the dialer's
+// writes after the handshake rewritten by change, and returns both ends
+// and the listener's side of the pipe.
+func tampered(t *testing.T, change func([]byte) []byte) (d, a *Conn, y net.Conn) {
+	t.Helper()
+	key := NewKey()
+	x, y := net.Pipe()
+	done := make(chan *Conn)
+	go func() {
+		c, err := Accept(y, key)
+		assert.NoError(t, err)
+		done <- c
+	}()
+	d, err := Dial(&tamper{Conn: x, after: handshakeBytes, change: change}, key)
+	require.NoError(t, err)
+	return d, <-done, y
+}
+
 func TestAnAlteredRecordEndsTheConnection(t *testing.T) {
 	for name, change := range map[string]func([]byte) []byte{
 		"a flipped bit":      func(p []byte) []byte { p[len(p)-1] ^= 1; return p },
@@ -128,18 +146,7 @@ func TestAnAlteredRecordEndsTheConnection(t *testing.T) {
 		"a record truncated": func(p []byte) []byte { return p[:len(p)-1] },
 	} {
 		t.Run(name, func(t *testing.T) {
-			key := NewKey()
-			x, y := net.Pipe()
-			done := make(chan *Conn)
-			go func() {
-				c, err := Accept(y, key)
-				assert.NoError(t, err)
-				done <- c
-			}()
-			tc := &tamper{Conn: x, after: handshakeBytes, change: change}
-			d, err := Dial(tc, key)
-			require.NoError(t, err)
-			a := <-done
+			d, a, _ := tampered(t, change)
 			defer a.Close()
 			go func() {
 				_, _ = d.Write([]byte("first record"))
@@ -158,21 +165,10 @@ func TestAnAlteredRecordEndsTheConnection(t *testing.T) {
 }
 
 func TestARecordSentBackIsRefused(t *testing.T) {
-	key := NewKey()
-	x, y := net.Pipe()
-	done := make(chan *Conn)
-	go func() {
-		c, err := Accept(y, key)
-		assert.NoError(t, err)
-		done <- c
-	}()
 	// Capture what the dialer sends after the handshake, then feed it to
 	// the dialer's own reader, as if the listener had sent it.
 	var sent bytes.Buffer
-	tc := &tamper{Conn: x, after: handshakeBytes, change: func(p []byte) []byte { sent.Write(p); return p }}
-	d, err := Dial(tc, key)
-	require.NoError(t, err)
-	a := <-done
+	d, a, y := tampered(t, func(p []byte) []byte { sent.Write(p); return p })
 	go func() { _, _ = d.Write([]byte("to the listener")) }()
 	buf := make([]byte, 64)
 	n, err := a.Read(buf)
