@@ -111,6 +111,9 @@ type Client struct {
 	next uint32
 	bye  chan wire.ByeMsg
 
+	listenMu  sync.Mutex // one Listen at a time
+	listening chan wire.ListeningMsg
+
 	dead      chan struct{} // closed once the channel is unusable
 	err       error         // why, set before dead is closed
 	failOnce  sync.Once
@@ -144,7 +147,7 @@ func NewClient(rw io.ReadWriteCloser) (*Client, error) {
 	c := &Client{
 		rw:   rw,
 		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
-		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1),
+		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1),
 		dead: make(chan struct{}), demuxDone: make(chan struct{}),
 	}
 	go c.demux(br)
@@ -182,6 +185,40 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		return c.err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// Listen asks the agent to serve more channels on a TCP port of the
+// sandbox's network, each a connection that proves it holds key (package
+// psk, [DialPeer]), and returns the port. The agent listens once: a
+// second Listen fails.
+func (c *Client) Listen(ctx context.Context, key []byte) (int, error) {
+	c.listenMu.Lock()
+	if err := c.send(wire.Frame{Type: wire.Listen, Payload: wire.ListenMsg{Key: key}.Encode()}); err != nil {
+		c.listenMu.Unlock()
+		return 0, err
+	}
+	select {
+	case m := <-c.listening:
+		c.listenMu.Unlock()
+		if m.Err != "" {
+			return 0, fmt.Errorf("agent: listening for channels: %s", m.Err)
+		}
+		return int(m.Port), nil
+	case <-c.dead:
+		c.listenMu.Unlock()
+		return 0, c.err
+	case <-ctx.Done():
+		// Its answer is still to come: taken here, it is never mistaken
+		// for the next Listen's.
+		go func() {
+			defer c.listenMu.Unlock()
+			select {
+			case <-c.listening:
+			case <-c.dead:
+			}
+		}()
+		return 0, ctx.Err()
 	}
 }
 
@@ -281,6 +318,18 @@ func (c *Client) route(f wire.Frame) error {
 		}
 		c.bye <- m
 		return nil
+	}
+	if f.Type == wire.Listening {
+		m, err := wire.DecodeListening(f.Payload)
+		if err != nil {
+			return err
+		}
+		select {
+		case c.listening <- m:
+			return nil
+		default:
+			return fmt.Errorf("%w: a Listening frame nobody asked for", wire.ErrProtocol)
+		}
 	}
 	c.mu.Lock()
 	r := c.runs[f.ID]

@@ -30,6 +30,8 @@
 //	Exit     a→c  id n   status, code, killed, leftovers, usage, message: run n's last frame
 //	Shutdown c→a  id 0   kill every run, then say Bye and exit
 //	Bye      a→c  id 0   whether every process is dead
+//	Listen   c→a  id 0   a key: serve more channels on a TCP port (see Peers)
+//	Listening a→c id 0   the port, or why not
 //
 // The client picks run ids; Started, Stdout and Stderr of a run all come
 // before its Exit (a start failure has no Started). [Client.Run] waits
@@ -148,6 +150,22 @@
 // stdio channel (Podman closes the container's stdin when its first
 // attached client leaves) is used where no directory of the host reaches
 // the sandbox.
+//
+// # Peers
+//
+// A Listen makes the agent listen on a TCP port of the sandbox's network
+// (any address, a port the kernel picks) for more channels: a connection
+// there is served only once it proved it holds the Listen's key (package
+// psk: a mutual proof, then every record sealed), and is then a session
+// of its own, from the agent's Hello on, with its own run ids ([DialPeer]).
+// Its end kills its runs and nothing else; the first channel's end still
+// ends the agent. The key travels only on the first channel, which is
+// private already, and lives in the agent's memory, which nothing in the
+// sandbox can read: a process there can connect to the port, but not get
+// past the handshake. At most 8 handshakes are under way at once (each
+// bounded by 10 s) and 64 peers served; the agent listens once. This is
+// how a caller that can reach a pod's address skips the API server's
+// attach stream.
 //
 // # Files
 //

@@ -90,6 +90,7 @@ type agent struct {
 	pool     *pool
 	mu       sync.Mutex
 	sessions map[*session]bool
+	listener net.Listener // the peers' port, once a Listen asked for it
 	sweepMu  sync.Mutex
 	downOnce sync.Once
 }
@@ -218,9 +219,17 @@ func (s *session) serve() {
 }
 
 func (s *session) dispatch(f wire.Frame) error {
-	if f.Type == wire.Shutdown {
+	switch f.Type {
+	case wire.Shutdown:
 		go s.a.shutdown(s)
 		return nil
+	case wire.Listen:
+		m, err := wire.DecodeListen(f.Payload)
+		if err != nil {
+			return err
+		}
+		ans := s.a.listen(m.Key)
+		return s.send(wire.Frame{Type: wire.Listening, Payload: ans.Encode()})
 	}
 	s.mu.Lock()
 	r := s.runs[f.ID]

@@ -84,6 +84,21 @@ type DialMsg struct {
 	Wait    bool
 }
 
+// ListenMsg asks the agent to serve more channels on a TCP port of the
+// sandbox's network, each a connection that proves it holds Key (package
+// psk) and then speaks this protocol from the agent's Hello on, as a
+// session of its own.
+type ListenMsg struct {
+	Key []byte
+}
+
+// ListeningMsg answers a ListenMsg: the port the agent listens on, or
+// why it does not (Err, Port 0).
+type ListeningMsg struct {
+	Port uint16
+	Err  string
+}
+
 // SignalMsg asks for a signal to a run's process group.
 type SignalMsg struct {
 	Signo uint8
@@ -289,5 +304,29 @@ func (m DialMsg) Encode() []byte {
 func DecodeDial(p []byte) (DialMsg, error) {
 	d := &dec{b: p}
 	m := DialMsg{Network: d.str(), Address: d.str(), Wait: d.u8() == 1}
+	return m, d.done()
+}
+
+// Encode returns the payload of a Listen frame.
+func (m ListenMsg) Encode() []byte { return enc(nil).str(string(m.Key)) }
+
+// DecodeListen parses a Listen payload.
+func DecodeListen(p []byte) (ListenMsg, error) {
+	d := &dec{b: p}
+	m := ListenMsg{Key: []byte(d.str())}
+	return m, d.done()
+}
+
+// Encode returns the payload of a Listening frame.
+func (m ListeningMsg) Encode() []byte { return enc(nil).u32(uint32(m.Port)).str(m.Err) }
+
+// DecodeListening parses a Listening payload.
+func DecodeListening(p []byte) (ListeningMsg, error) {
+	d := &dec{b: p}
+	port := d.u32()
+	m := ListeningMsg{Port: uint16(port), Err: d.str()}
+	if d.err == nil && port > math.MaxUint16 {
+		d.err = fmt.Errorf("%w: port %d", ErrProtocol, port)
+	}
 	return m, d.done()
 }

@@ -15,27 +15,30 @@ import (
 // 128 KiB in 1 MiB windows, and file operations (-fs). Version 3: Started
 // and Signal frames, for processes held by handle; Dial frames, for
 // connections to the sandbox's network; terminals (StartMsg.TTY, Resize).
-const Version = 3
+// Version 4: Listen and Listening frames, for channels over a network.
+const Version = 4
 
 // Type is a frame's type.
 type Type uint8
 
 // The frame types. The comment says who sends each one.
 const (
-	Hello    Type = 1 + iota // agent→client, first frame, run id 0: a HelloMsg (shim→agent: empty, ready)
-	Start                    // client→agent: a StartMsg for a new run id
-	Stdin                    // client→agent: stdin bytes; an empty payload is EOF
-	Stdout                   // agent→client: stdout bytes
-	Stderr                   // agent→client: stderr bytes
-	Credit                   // both ways: a CreditMsg, more room in a stream's window
-	Kill                     // client→agent: kill every process of the run
-	Exit                     // agent→client: an ExitMsg, the run's last frame
-	Shutdown                 // client→agent, run id 0: kill every run, say Bye, exit
-	Bye                      // agent→client, run id 0: a ByeMsg, the agent's last frame
-	Started                  // agent→client (shim→agent): a StartedMsg, the command runs
-	Signal                   // client→agent (agent→shim): a SignalMsg for the run's process group
-	Dial                     // client→agent: a DialMsg for a new run id, a connection instead of a command
-	Resize                   // client→agent: a ResizeMsg for the run's terminal
+	Hello     Type = 1 + iota // agent→client, first frame, run id 0: a HelloMsg (shim→agent: empty, ready)
+	Start                     // client→agent: a StartMsg for a new run id
+	Stdin                     // client→agent: stdin bytes; an empty payload is EOF
+	Stdout                    // agent→client: stdout bytes
+	Stderr                    // agent→client: stderr bytes
+	Credit                    // both ways: a CreditMsg, more room in a stream's window
+	Kill                      // client→agent: kill every process of the run
+	Exit                      // agent→client: an ExitMsg, the run's last frame
+	Shutdown                  // client→agent, run id 0: kill every run, say Bye, exit
+	Bye                       // agent→client, run id 0: a ByeMsg, the agent's last frame
+	Started                   // agent→client (shim→agent): a StartedMsg, the command runs
+	Signal                    // client→agent (agent→shim): a SignalMsg for the run's process group
+	Dial                      // client→agent: a DialMsg for a new run id, a connection instead of a command
+	Resize                    // client→agent: a ResizeMsg for the run's terminal
+	Listen                    // client→agent, run id 0: a ListenMsg, serve channels on a TCP port
+	Listening                 // agent→client, run id 0: a ListeningMsg, the answer to Listen
 )
 
 // The streams a Credit frame refers to.

@@ -95,3 +95,18 @@ func TestStartedSignalRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dm, dg)
 }
+
+func TestListenRoundTrip(t *testing.T) {
+	t.Parallel()
+	lm := ListenMsg{Key: []byte("0123456789abcdef0123456789abcdef")}
+	lg, err := DecodeListen(lm.Encode())
+	require.NoError(t, err)
+	require.Equal(t, lm, lg)
+	for _, m := range []ListeningMsg{{Port: 65535}, {Err: "no network"}} {
+		got, err := DecodeListening(m.Encode())
+		require.NoError(t, err)
+		require.Equal(t, m, got)
+	}
+	_, err = DecodeListening(enc(nil).u32(70000).str(""))
+	require.ErrorIs(t, err, ErrProtocol, "a port past 65535")
+}

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/agent/psk"
+)
+
+// listenPeers asks a for its peers' port with a fresh key and returns
+// the address and the key.
+func listenPeers(t *testing.T, a *testAgent) (string, []byte) {
+	t.Helper()
+	key := psk.NewKey()
+	port, err := a.Listen(context.Background(), key)
+	require.NoError(t, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), key
+}
+
+// A peer with the key is a channel like the first: same agent, runs
+// and connections; the agent listens once.
+func TestPeer(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	ctx := context.Background()
+	addr, key := listenPeers(t, a)
+	_, err := a.Listen(ctx, psk.NewKey())
+	assert.ErrorContains(t, err, "already listening")
+
+	p, err := DialPeer(ctx, addr, key)
+	require.NoError(t, err)
+	defer p.Close()
+	assert.Equal(t, a.Info().PID, p.Info().PID, "the same agent")
+	var out, errs bytes.Buffer
+	ex, err := p.Run(ctx, Request{Argv: []string{"echo", "over the peer"}}, nil, &out, &errs)
+	require.NoError(t, err)
+	assert.Equal(t, 0, ex.Code)
+	assert.Equal(t, "over the peer\n", out.String())
+
+	// Two peers at once, and the first channel, each its own run ids.
+	q, err := DialPeer(ctx, addr, key)
+	require.NoError(t, err)
+	defer q.Close()
+	for _, c := range []*Client{a.Client, p, q} {
+		var out bytes.Buffer
+		_, err := c.Run(ctx, Request{Argv: []string{"echo", "ok"}}, nil, &out, io.Discard)
+		require.NoError(t, err)
+		assert.Equal(t, "ok\n", out.String())
+	}
+}
+
+// Without the key nothing is served, and a port nobody asked for is
+// not open.
+func TestPeerWithoutTheKey(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	addr, _ := listenPeers(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := DialPeer(ctx, addr, psk.NewKey())
+	assert.ErrorIs(t, err, ErrChannelClosed)
+	assert.ErrorIs(t, err, psk.ErrAuth)
+
+	// A client that says nothing is dropped; the agent serves others.
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = a.Listen(ctx, []byte("short"))
+	assert.ErrorContains(t, err, "a key of 5 bytes")
+}
+
+// A peer's end kills its runs, and only its own: the agent and its
+// first channel live on.
+func TestPeerEndKillsItsRuns(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	ctx := context.Background()
+	addr, key := listenPeers(t, a)
+	p, err := DialPeer(ctx, addr, key)
+	require.NoError(t, err)
+	proc, err := p.Start(ctx, Request{Argv: []string{"sleep", "1000"}}, nil, io.Discard, io.Discard)
+	require.NoError(t, err)
+	mine, err := a.Start(ctx, Request{Argv: []string{"sleep", "1001"}}, nil, io.Discard, io.Discard)
+	require.NoError(t, err)
+	defer mine.Kill()
+	require.NoError(t, p.Close())
+
+	alive := func(pid int) bool {
+		ex, err := a.Run(ctx, Request{Argv: []string{"test", "-e", "/proc/" + strconv.Itoa(pid)}}, nil, io.Discard, io.Discard)
+		require.NoError(t, err)
+		return ex.Code == 0
+	}
+	require.Eventually(t, func() bool { return !alive(proc.PID()) }, 30*time.Second, 50*time.Millisecond, "the peer's sleep outlived it")
+	assert.True(t, alive(mine.PID()), "the first channel's run died with a peer")
+}

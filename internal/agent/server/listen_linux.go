@@ -1,0 +1,93 @@
+package server
+
+import (
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/podvm/podvm/internal/agent/psk"
+	"github.com/podvm/podvm/internal/agent/wire"
+)
+
+// This file is how the agent serves channels over the sandbox's network
+// (wire.Listen): each connection to its port that proves it holds the
+// key the Listen gave (package psk) is a session of its own, beside the
+// first channel. Its end kills its own runs; only the first channel's
+// end ends the agent.
+
+const (
+	// maxPending bounds the connections whose handshake is under way;
+	// more are closed at once.
+	maxPending = 8
+	// maxPeers bounds the sessions over the network at once.
+	maxPeers = 64
+	// peerHandshake bounds a connection's handshake.
+	peerHandshake = 10 * time.Second
+)
+
+// listen opens the peers' port, once, and serves it with key.
+func (a *agent) listen(key []byte) wire.ListeningMsg {
+	if len(key) != psk.KeySize {
+		return wire.ListeningMsg{Err: "a key of " + strconv.Itoa(len(key)) + " bytes; want " + strconv.Itoa(psk.KeySize)}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.listener != nil {
+		return wire.ListeningMsg{Err: "already listening"}
+	}
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return wire.ListeningMsg{Err: err.Error()}
+	}
+	a.listener = l
+	key = append([]byte(nil), key...)
+	go a.acceptPeers(l, key)
+	return wire.ListeningMsg{Port: uint16(l.Addr().(*net.TCPAddr).Port)}
+}
+
+// acceptPeers serves the peers of l until it is closed.
+func (a *agent) acceptPeers(l net.Listener, key []byte) {
+	pending := make(chan struct{}, maxPending)
+	peers := make(chan struct{}, maxPeers)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		select {
+		case pending <- struct{}{}:
+		default:
+			c.Close()
+			continue
+		}
+		go func() {
+			sc, ok := handshakePeer(c, key)
+			<-pending
+			if !ok {
+				return
+			}
+			select {
+			case peers <- struct{}{}:
+			default:
+				sc.Close()
+				return
+			}
+			defer func() { <-peers }()
+			a.newSession(sc, sc, func() { sc.Close() }).serve()
+		}()
+	}
+}
+
+// handshakePeer runs psk's handshake on c within peerHandshake.
+func handshakePeer(c net.Conn, key []byte) (*psk.Conn, bool) {
+	_ = c.SetDeadline(time.Now().Add(peerHandshake))
+	sc, err := psk.Accept(c, key)
+	if err != nil {
+		return nil, false
+	}
+	_ = c.SetDeadline(time.Time{})
+	return sc, true
+}
