@@ -188,13 +188,16 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Listen asks the agent to serve more channels on a TCP port of the
-// sandbox's network, each a connection that proves it holds key (package
-// psk, [DialPeer]), and returns the port. The agent listens once: a
-// second Listen fails.
-func (c *Client) Listen(ctx context.Context, key []byte) (int, error) {
+// Listen asks the agent to serve more channels on TCP port port (0: one
+// the kernel picks; see [PeerPort]) of the sandbox's network, each a
+// connection that proves it holds key (package psk, [DialPeer]), and
+// returns the port. The agent listens once: a second Listen fails.
+func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) {
+	if port < 0 || port > 65535 {
+		return 0, fmt.Errorf("agent: listening for channels: port %d", port)
+	}
 	c.listenMu.Lock()
-	if err := c.send(wire.Frame{Type: wire.Listen, Payload: wire.ListenMsg{Key: key}.Encode()}); err != nil {
+	if err := c.send(wire.Frame{Type: wire.Listen, Payload: wire.ListenMsg{Key: key, Port: uint16(port)}.Encode()}); err != nil {
 		c.listenMu.Unlock()
 		return 0, err
 	}

@@ -20,7 +20,7 @@ import (
 func listenPeers(t *testing.T, a *testAgent) (string, []byte) {
 	t.Helper()
 	key := psk.NewKey()
-	port, err := a.Listen(context.Background(), key)
+	port, err := a.Listen(context.Background(), key, 0)
 	require.NoError(t, err)
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), key
 }
@@ -32,7 +32,7 @@ func TestPeer(t *testing.T) {
 	a := startAgent(t)
 	ctx := context.Background()
 	addr, key := listenPeers(t, a)
-	_, err := a.Listen(ctx, psk.NewKey())
+	_, err := a.Listen(ctx, psk.NewKey(), 0)
 	assert.ErrorContains(t, err, "already listening")
 
 	p, err := DialPeer(ctx, addr, key)
@@ -73,7 +73,7 @@ func TestPeerWithoutTheKey(t *testing.T) {
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = a.Listen(ctx, []byte("short"))
+	_, err = a.Listen(ctx, []byte("short"), 0)
 	assert.ErrorContains(t, err, "a key of 5 bytes")
 }
 

@@ -228,7 +228,7 @@ func (s *session) dispatch(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
-		ans := s.a.listen(m.Key)
+		ans := s.a.listen(m.Key, m.Port)
 		return s.send(wire.Frame{Type: wire.Listening, Payload: ans.Encode()})
 	}
 	s.mu.Lock()

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/podvm/podvm/internal/agent/psk"
 	"github.com/podvm/podvm/internal/agent/wire"
 )
@@ -26,7 +28,7 @@ const (
 )
 
 // listen opens the peers' port, once, and serves it with key.
-func (a *agent) listen(key []byte) wire.ListeningMsg {
+func (a *agent) listen(key []byte, port uint16) wire.ListeningMsg {
 	if len(key) != psk.KeySize {
 		return wire.ListeningMsg{Err: "a key of " + strconv.Itoa(len(key)) + " bytes; want " + strconv.Itoa(psk.KeySize)}
 	}
@@ -35,7 +37,7 @@ func (a *agent) listen(key []byte) wire.ListeningMsg {
 	if a.listener != nil {
 		return wire.ListeningMsg{Err: "already listening"}
 	}
-	l, err := net.Listen("tcp", ":0")
+	l, err := net.Listen("tcp", ":"+strconv.Itoa(int(port)))
 	if err != nil {
 		return wire.ListeningMsg{Err: err.Error()}
 	}
@@ -81,8 +83,22 @@ func (a *agent) acceptPeers(l net.Listener, key []byte) {
 	}
 }
 
+// peerQuiet is how long a peer may go without answering (an
+// acknowledgement, a keepalive) before its session is taken for over and
+// its runs killed: a caller cut off by the network is not waited for as
+// long as TCP's retransmissions take to give up.
+const peerQuiet = 30 * time.Second
+
 // handshakePeer runs psk's handshake on c within peerHandshake.
 func handshakePeer(c net.Conn, key []byte) (*psk.Conn, bool) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: peerQuiet / 3, Interval: peerQuiet / 6, Count: 3})
+		if rc, err := tc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(peerQuiet.Milliseconds()))
+			})
+		}
+	}
 	_ = c.SetDeadline(time.Now().Add(peerHandshake))
 	sc, err := psk.Accept(c, key)
 	if err != nil {

@@ -84,12 +84,13 @@ type DialMsg struct {
 	Wait    bool
 }
 
-// ListenMsg asks the agent to serve more channels on a TCP port of the
-// sandbox's network, each a connection that proves it holds Key (package
-// psk) and then speaks this protocol from the agent's Hello on, as a
-// session of its own.
+// ListenMsg asks the agent to serve more channels on TCP port Port (0:
+// one the kernel picks) of the sandbox's network, each a connection that
+// proves it holds Key (package psk) and then speaks this protocol from
+// the agent's Hello on, as a session of its own.
 type ListenMsg struct {
-	Key []byte
+	Key  []byte
+	Port uint16
 }
 
 // ListeningMsg answers a ListenMsg: the port the agent listens on, or
@@ -308,12 +309,17 @@ func DecodeDial(p []byte) (DialMsg, error) {
 }
 
 // Encode returns the payload of a Listen frame.
-func (m ListenMsg) Encode() []byte { return enc(nil).str(string(m.Key)) }
+func (m ListenMsg) Encode() []byte { return enc(nil).str(string(m.Key)).u32(uint32(m.Port)) }
 
 // DecodeListen parses a Listen payload.
 func DecodeListen(p []byte) (ListenMsg, error) {
 	d := &dec{b: p}
 	m := ListenMsg{Key: []byte(d.str())}
+	port := d.u32()
+	m.Port = uint16(port)
+	if d.err == nil && port > math.MaxUint16 {
+		d.err = fmt.Errorf("%w: port %d", ErrProtocol, port)
+	}
 	return m, d.done()
 }
 

@@ -98,7 +98,7 @@ func TestStartedSignalRoundTrip(t *testing.T) {
 
 func TestListenRoundTrip(t *testing.T) {
 	t.Parallel()
-	lm := ListenMsg{Key: []byte("0123456789abcdef0123456789abcdef")}
+	lm := ListenMsg{Key: []byte("0123456789abcdef0123456789abcdef"), Port: 7337}
 	lg, err := DecodeListen(lm.Encode())
 	require.NoError(t, err)
 	require.Equal(t, lm, lg)
