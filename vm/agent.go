@@ -122,7 +122,9 @@ const agentHello = 30 * time.Second
 
 // runAgent is run on the agent's path: the same contract, and bytes
 // carried exactly, argv and env included.
-func (s *sandbox) runAgent(ctx context.Context, c *agent.Client, cmd exec.Command) (*exec.Result, error) {
+func (s *sandbox) runAgent(ctx context.Context, l *link, cmd exec.Command) (*exec.Result, error) {
+	c, done := l.take()
+	defer done()
 	runCtx, cancel := deadline.Start(ctx, cmd.Timeout)
 	defer cancel()
 	start := time.Now()
@@ -175,11 +177,21 @@ func (s *sandbox) agentStartError(ctx context.Context, name string, err error) e
 	return agentError(name, err)
 }
 
-// channelClosed says why the channel to the agent closed: the container
-// was removed ([ErrNoSuchContainer]) or stopped ([ErrContainerNotRunning])
-// behind the VM's back, else it is [ErrUnavailable]. Either way the
-// sandbox can run no more commands.
+// channelClosed says why the channel to the agent closed: a peer's
+// connection broke ([ErrUnavailable], and the sandbox runs on), or the
+// container was removed ([ErrNoSuchContainer]) or stopped
+// ([ErrContainerNotRunning]) behind the VM's back, else it is
+// [ErrUnavailable]. In those the sandbox can run no more commands.
 func (s *sandbox) channelClosed(ctx context.Context, name string, err error) error {
+	if l := s.state().agent; l != nil {
+		select {
+		case <-l.dead():
+		default:
+			// A peer's connection broke (link.go); the first channel, and
+			// so the sandbox, lives on.
+			return fmt.Errorf("%w: %s: the connection to the sandbox's agent over its network broke (the sandbox runs on): %w", ErrUnavailable, name, err)
+		}
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultPingTimeout)
 	defer cancel()
 	list, lerr := s.d.List(cctx, labelToken+"="+s.token)

@@ -123,10 +123,14 @@ func connect[C any](ctx context.Context, s *sandbox, network, address string, op
 	if !s.reserve(&s.conns, MaxConnections) {
 		return zero, fmt.Errorf("%w: vm: %s: %d connections are open to this sandbox, the most it holds (vm.MaxConnections)", ErrLimit, what, MaxConnections)
 	}
-	c, done, err := open(st.agent)
-	if err == nil {
+	a, release := st.agent.take()
+	c, done, err := open(a)
+	if err != nil {
+		release()
+	} else {
 		go func() {
 			<-done // counted until it ends, whoever ends it
+			release()
 			s.release(&s.conns)
 		}()
 		return c, nil

@@ -52,7 +52,9 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 		out = &stopWriter{w: stdout, stop: cancel}
 		stdout = out
 	}
-	ex, err := st.agent.Run(ctx, req, stdin, stdout, stderr)
+	c, done := st.agent.take()
+	ex, err := c.Run(ctx, req, stdin, stdout, stderr)
+	done()
 	why := strings.TrimSpace(stderr.String())
 	switch {
 	case out != nil && out.err != nil:

@@ -47,8 +47,8 @@ type sandbox struct {
 
 // state is the lifecycle as Run and the copies see it, never modified.
 type state struct {
-	id      string        // "" before Create succeeded
-	agent   *agent.Client // nil on the Podman exec path
+	id      string // "" before Create succeeded
+	agent   *link  // nil on the Podman exec path
 	removed bool
 }
 
@@ -194,7 +194,7 @@ func (s *sandbox) Create(ctx context.Context) error {
 // createStarted creates the container and, with the agent, puts the
 // agent in (when it is not bind-mounted), starts the container attached
 // and connects to the agent.
-func (s *sandbox) createStarted(ctx context.Context, mount *agentMount) (string, *agent.Client, error) {
+func (s *sandbox) createStarted(ctx context.Context, mount *agentMount) (string, *link, error) {
 	if mount != nil && mount.hostDir != "" {
 		// No channel directory (an unusable temporary directory, say):
 		// the agent is reached through its stdio instead.
@@ -224,16 +224,22 @@ func (s *sandbox) createStarted(ctx context.Context, mount *agentMount) (string,
 			return id, nil, fmt.Errorf("vm: create from %s: putting the agent in: %w", s.cfg.Image, err)
 		}
 	}
-	var a *agent.Client
 	if mount.chanDir != "" {
-		a, err = s.connectAgent(ctx, id, mount.chanDir)
-	} else {
-		a, err = s.startAgent(ctx, id)
+		// A socket on this machine: nothing is faster.
+		a, err := s.connectAgent(ctx, id, mount.chanDir)
+		if err != nil {
+			return id, nil, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
+		}
+		return id, newLink(a, nil, nil), nil
 	}
+	a, err := s.startAgent(ctx, id)
 	if err != nil {
 		return id, nil, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
 	}
-	return id, a, nil
+	_, service := s.d.Local()
+	l := newLink(a, peerDialer(s.d, id, a), func() { unreachable.Store(service, time.Now()) })
+	l.settle(ctx, firstPeerWait)
+	return id, l, nil
 }
 
 // mentionsMount reports whether a create's error names a directory of
@@ -372,7 +378,7 @@ func (s *sandbox) Remove(ctx context.Context) error {
 	if a := st.agent; a != nil {
 		// No Run may use it now; closing the agent's stdio also makes it
 		// kill everything and exit, whatever the removal does.
-		defer a.Close()
+		defer a.close()
 	}
 	if !s.made {
 		s.removeChanDir()

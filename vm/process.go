@@ -160,8 +160,10 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 	}
 	req := s.agentRequest(cmd)
 	req.TTY, req.Rows, req.Cols = o.tty, o.rows, o.cols
-	ap, err := st.agent.Start(ctx, req, stdin, w[0], w[1])
+	c, done := st.agent.take()
+	ap, err := c.Start(ctx, req, stdin, w[0], w[1])
 	if err != nil {
+		done()
 		if p.stdin != nil {
 			p.stdinR.CloseWithError(ErrProcessDone)
 		}
@@ -170,6 +172,7 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 		}
 		return nil, s.agentStartError(ctx, cmd.Name, err)
 	}
+	go func() { <-ap.Done(); done() }()
 	p.p = ap
 	if cmd.Timeout > 0 {
 		p.timer = time.AfterFunc(cmd.Timeout, func() {
@@ -427,7 +430,7 @@ func (s *sandbox) holdForward(f *Forwarder) (dead <-chan struct{}, ok bool) {
 		s.procMu.Unlock()
 	}
 	if st.agent != nil {
-		dead = st.agent.Dead()
+		dead = st.agent.dead()
 	}
 	return dead, true
 }

@@ -20,7 +20,7 @@ import (
 // native error (the engine's own); a context's error is wrapped as is.
 // What only some engines can do is an optional interface a Driver may
 // also implement, as database/sql/driver declares its own: [Limiter],
-// [Imager].
+// [Imager], [Addresser].
 type Driver interface {
 	// Image returns the architecture (a GOARCH) of image ref, or an error
 	// matching [ErrImageNotFound] when it is not present.
@@ -76,6 +76,18 @@ type Driver interface {
 	List(ctx context.Context, label string) ([]Container, error)
 	// Close releases what the driver keeps open between calls.
 	Close()
+}
+
+// Addresser is a Driver whose containers have network addresses of
+// their own that the caller may reach directly (a pod's IP, which the
+// caller reaches when it runs in the cluster or on a node, or the pod
+// network is routed to it). package vm then dials the sandbox's agent
+// there (its peers, package agent), and uses the channel [Driver.Attach]
+// made only while no such connection answers.
+type Addresser interface {
+	// Address returns the IP address of running container id, or ""
+	// when it has none yet.
+	Address(ctx context.Context, id string) (string, error)
 }
 
 // Spec is a sandbox for [Driver.Create], the one form in which a driver

@@ -69,6 +69,27 @@ func (f *firstByte) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// afterFirst reads r once first is closed; if ended is closed first
+// (the session ended), it is at its end.
+type afterFirst struct {
+	r      io.Reader
+	first  <-chan struct{}
+	ended  chan struct{} // closed once the session ended
+	opened bool
+}
+
+func (a *afterFirst) Read(p []byte) (int, error) {
+	if !a.opened {
+		select {
+		case <-a.first:
+			a.opened = true
+		case <-a.ended:
+			return 0, io.EOF
+		}
+	}
+	return a.r.Read(p)
+}
+
 // Attach attaches to the stdio of Main of pod id and opens the gate
 // (pod.go) by writing a line: the agent's handshake comes next, and its
 // first byte says the attach holds. Until then it tries again while the

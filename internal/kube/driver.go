@@ -64,6 +64,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/driver"
 )
@@ -212,7 +213,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	}
 	id := made.Name
 	if key != "" {
-		np := denyAll(d.o.Namespace, labelSandbox, key, p.Labels)
+		var port int32
+		if spec.Agent != "" && !d.o.AttachOnly {
+			port = agent.PeerPort
+		}
+		np := denyAll(d.o.Namespace, labelSandbox, key, p.Labels, port)
 		np.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: id, UID: made.UID}}
 		if _, err := d.c.CS.NetworkingV1().NetworkPolicies(d.o.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
 			err = classify("create network policy for pod", id, err)
@@ -264,11 +269,17 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 	}
 	return d.retry(ctx, id, "installing the agent", func() (bool, error) {
 		stderr := capture.New(4 << 10)
+		// Nothing is written before installScript's dot came through
+		// this attach: a write to a container not running yet meets a
+		// reset, which client-go logs.
+		dot := &firstByte{seen: make(chan struct{})}
+		in := &afterFirst{r: bytes.NewReader(tarball), first: dot.seen, ended: make(chan struct{})}
 		s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stderr: true},
-			remotecommand.StreamOptions{Stdin: bytes.NewReader(tarball), Stderr: stderr})
+			remotecommand.StreamOptions{Stdin: in, Stderr: io.MultiWriter(dot, stderr)})
 		if err != nil {
 			return false, err
 		}
+		go func() { <-s.done; close(in.ended) }()
 		select {
 		case <-s.done:
 		case <-ctx.Done():
@@ -276,7 +287,7 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 			return false, fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
 		}
 		if s.err != nil && !errors.Is(s.err, io.EOF) {
-			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrEngine, s.err, bytes.TrimSpace([]byte(stderr.String())))
+			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrEngine, s.err, bytes.TrimSpace(bytes.TrimPrefix([]byte(stderr.String()), []byte("."))))
 		}
 		return false, nil
 	})
@@ -371,4 +382,17 @@ func (d *Driver) Close() {
 	for _, s := range held {
 		s.Close()
 	}
+}
+
+// Address returns pod id's IP, as its status says: [driver.Addresser].
+// Whether the caller reaches it is for the caller to find out.
+func (d *Driver) Address(ctx context.Context, id string) (string, error) {
+	if d.o.AttachOnly {
+		return "", fmt.Errorf("%w: kube: the caller asked for the attach stream alone", driver.ErrNotSupported)
+	}
+	p, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		return "", classify("look up", id, err)
+	}
+	return p.Status.PodIP, nil
 }

@@ -11,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/podvm/podvm/internal/agent"
@@ -51,6 +52,16 @@ const (
 // (waited for) before the agent starts.
 const gate = `(while :; do printf .; sleep 0.05; done) & t=$!; read -r _; kill $t; wait $t 2>/dev/null; unset SHLVL PWD OLDPWD; exec "$0" "$@"`
 
+// installScript is Install's command: a dot on stderr, which says the
+// container runs and the attach reaches it, before CopyIn writes a byte
+// (as the gate's dots do for Main), then tar of the agent's stream, then,
+// once tar succeeded, the rest of stdin read to its end: the container
+// exits only after the caller closed its stdin, so no write of the
+// caller's meets a stream that ended under it (client-go logs each such
+// write on the process's stderr). tar's failure ends it at once, with
+// tar's status and message.
+const installScript = `printf . >&2; tar -x -f - -C / || exit; exec cat >/dev/null`
+
 // Options are what the driver adds to a Spec: where and how its pods run.
 type Options struct {
 	// Namespace is where the pods (and policies) are made.
@@ -68,6 +79,9 @@ type Options struct {
 	// Arch, when set, is the nodes' architecture the pod must land on (the
 	// agent is built for it).
 	Arch string
+	// AttachOnly keeps every call on the attach stream: Address refuses,
+	// and the deny-all policy lets nothing in.
+	AttachOnly bool
 }
 
 // Check reports whether spec can be honoured as o says, without a
@@ -197,7 +211,7 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 		Name:            Install,
 		Image:           spec.Image,
 		ImagePullPolicy: pull,
-		Command:         []string{"tar", "-x", "-f", "-", "-C", "/"},
+		Command:         []string{"/bin/sh", "-c", installScript},
 		Stdin:           true,
 		StdinOnce:       true,
 		Resources:       res,
@@ -300,15 +314,27 @@ func checkLabels(labels map[string]string) error {
 
 // denyAll is the NetworkPolicy that cuts the pods carrying label
 // key=value off: it selects them, for ingress and egress, and allows
-// nothing.
-func denyAll(namespace, key, value string, labels map[string]string) *networkingv1.NetworkPolicy {
-	return &networkingv1.NetworkPolicy{
+// nothing, but, when agentPort is not 0, connections in to that TCP port,
+// where the agent serves its peers (a caller on the pod network skips
+// the API server's attach stream; the agent's handshake admits only the
+// caller). Egress stays denied: a connection in is answered, as
+// NetworkPolicy allows the replies of an allowed connection, but the
+// pod opens none.
+func denyAll(namespace, key, value string, labels map[string]string, agentPort int32) *networkingv1.NetworkPolicy {
+	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "podvm-deny-", Namespace: namespace, Labels: maps.Clone(labels)},
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{key: value}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}
+	if agentPort != 0 {
+		port := intstr.FromInt32(agentPort)
+		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr(corev1.ProtocolTCP), Port: &port}},
+		}}
+	}
+	return np
 }
 
 func ptr[T any](v T) *T { return &v }

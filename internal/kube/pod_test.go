@@ -62,7 +62,7 @@ func TestPodAgent(t *testing.T) {
 	require.NoError(t, err)
 	in, main := p.Spec.InitContainers[0], p.Spec.Containers[0]
 	assert.Equal(t, Install, in.Name)
-	assert.Equal(t, []string{"tar", "-x", "-f", "-", "-C", "/"}, in.Command)
+	assert.Equal(t, []string{"/bin/sh", "-c", installScript}, in.Command)
 	assert.Equal(t, []corev1.VolumeMount{{Name: agentVolume, MountPath: agent.Dir}}, in.VolumeMounts)
 	assert.True(t, *in.SecurityContext.ReadOnlyRootFilesystem)
 	assert.Equal(t, []string{"/bin/sh", "-c", gate, agent.Path, "-x"}, main.Command)
@@ -211,12 +211,25 @@ func TestPodFields(t *testing.T) {
 }
 
 func TestDenyAll(t *testing.T) {
-	np := denyAll("ns", labelSandbox, "k", map[string]string{"io.podvm.managed": "true"})
+	np := denyAll("ns", labelSandbox, "k", map[string]string{"io.podvm.managed": "true"}, 0)
 	assert.Equal(t, map[string]string{labelSandbox: "k"}, np.Spec.PodSelector.MatchLabels)
 	assert.Len(t, np.Spec.PolicyTypes, 2)
 	assert.Empty(t, np.Spec.Ingress)
 	assert.Empty(t, np.Spec.Egress)
 	assert.Equal(t, "true", np.Labels["io.podvm.managed"])
+
+	// With the agent: in to its peers' port alone, from anywhere (its
+	// handshake admits the caller only); still nothing out.
+	np = denyAll("ns", labelSandbox, "k", nil, agent.PeerPort)
+	require.Len(t, np.Spec.Ingress, 1)
+	rule := np.Spec.Ingress[0]
+	assert.Empty(t, rule.From, "every source: the handshake, not the address, admits")
+	require.Len(t, rule.Ports, 1)
+	assert.Equal(t, corev1.ProtocolTCP, *rule.Ports[0].Protocol)
+	assert.Equal(t, int32(agent.PeerPort), rule.Ports[0].Port.IntVal)
+	assert.Nil(t, rule.Ports[0].EndPort)
+	assert.Empty(t, np.Spec.Egress)
+	assert.Len(t, np.Spec.PolicyTypes, 2, "egress is still denied")
 }
 
 // The scripts' streams: their mark lines are taken out and their words

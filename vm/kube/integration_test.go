@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 	"github.com/podvm/podvm/vm/kube"
@@ -407,7 +408,7 @@ func TestPool(t *testing.T) {
 }
 
 // Network "none" is a deny-all NetworkPolicy selecting the pod alone,
-// owned by it: gone with it.
+// owned by it (gone with it), that lets in the agent's peers alone.
 func TestNetworkPolicy(t *testing.T) {
 	e := need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -424,7 +425,11 @@ func TestNetworkPolicy(t *testing.T) {
 		if len(np.OwnerReferences) == 1 && np.OwnerReferences[0].UID == pod.UID {
 			found++
 			assert.Len(t, np.Spec.PolicyTypes, 2)
-			assert.Empty(t, np.Spec.Ingress)
+			// In: the agent's peers' port alone (direct_test.go). Out:
+			// nothing.
+			require.Len(t, np.Spec.Ingress, 1)
+			require.Len(t, np.Spec.Ingress[0].Ports, 1)
+			assert.Equal(t, int32(agent.PeerPort), np.Spec.Ingress[0].Ports[0].Port.IntVal)
 			assert.Empty(t, np.Spec.Egress)
 			sel := np.Spec.PodSelector.MatchLabels
 			require.Len(t, sel, 1)
@@ -518,11 +523,16 @@ func TestCreateLogsNothing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			v, err := kube.New(ctx, e.config(vm.Config{PodmanExec: viaExec}), e.options()...)
 			require.NoError(t, err)
+			// When each step ends, to match against klog's times.
+			at := func(step string) { t.Logf("%s %s (exec=%v)", time.Now().Format("15:04:05.000000"), step, viaExec) }
 			require.NoError(t, v.Create(ctx))
+			at("created")
 			res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"hi"}})
 			require.NoError(t, err)
 			assert.Equal(t, "hi\n", res.Stdout)
+			at("ran")
 			require.NoError(t, v.Remove(ctx))
+			at("removed")
 			cancel()
 		}
 	}

@@ -29,8 +29,10 @@
 //   - ReadOnlyRootfs: readOnlyRootFilesystem, with memory-backed emptyDirs
 //     on /tmp, /var/tmp and /run, as Podman's --read-only.
 //   - Network: "none" (the default) is the pod network behind a deny-all
-//     NetworkPolicy (no ingress, no egress), which only a network plugin
-//     that enforces policies honours: Create refuses it unless the caller
+//     NetworkPolicy (no egress; no ingress but TCP port 7337, where the
+//     agent admits the caller alone, unless [WithAttachOnly]), which only
+//     a network plugin that enforces policies honours: Create refuses it
+//     unless the caller
 //     says the cluster enforces them ([WithNetworkPolicy]) or accepts in
 //     writing that it may not ([WithUnenforcedNetworkPolicy]). "pod" or
 //     "bridge" is the pod network, "host" the node's; others are refused.
@@ -44,6 +46,15 @@
 //
 // Refusals match [vm.ErrNotSupported] (or [vm.ErrInvalidConfig]) and are
 // made before anything is sent to the cluster.
+//
+// # The direct channel
+//
+// Where the caller reaches the pod network (it runs in the cluster or on
+// a node), calls go to the agent over TCP connections to the pod's IP,
+// port 7337, secured by a key that only the attach stream carried, not
+// through the API server; elsewhere, or with [WithAttachOnly], they take
+// the attach stream. docs/kubernetes.md says how, and what a broken
+// connection does.
 //
 // # The exec path
 //
@@ -91,6 +102,7 @@ type options struct {
 	kubeconfig, context, namespace, runtimeClass string
 	lifetime                                     time.Duration
 	policy                                       policyMode
+	attachOnly                                   bool
 }
 
 type policyMode int
@@ -133,6 +145,14 @@ func WithNetworkPolicy() Option { return func(o *options) { o.policy = policyEnf
 // it still reaches the pod network and whatever that reaches.
 func WithUnenforcedNetworkPolicy() Option { return func(o *options) { o.policy = policyUnenforced } }
 
+// WithAttachOnly makes every call of the sandboxes take the API
+// server's attach stream, never a direct connection to the pod's agent
+// (see "The direct channel" in docs/kubernetes.md): for a caller that
+// knows it does not reach the pod network, which then skips the
+// background dial that finds it out, or one whose rules forbid
+// connections to pods. Network "none"'s policy then lets nothing in.
+func WithAttachOnly() Option { return func(o *options) { o.attachOnly = true } }
+
 func newOptions(opts []Option) options {
 	o := options{lifetime: DefaultLifetime}
 	for _, opt := range opts {
@@ -168,7 +188,7 @@ func Backend(opts ...Option) vm.Backend {
 	if o == (options{lifetime: DefaultLifetime}) {
 		return vm.BackendKube
 	}
-	name := vm.Backend(fmt.Sprintf("kube:%q:%q:%q:%q:%v:%d", o.kubeconfig, o.context, o.namespace, o.runtimeClass, o.lifetime, o.policy))
+	name := vm.Backend(fmt.Sprintf("kube:%q:%q:%q:%q:%v:%d:%v", o.kubeconfig, o.context, o.namespace, o.runtimeClass, o.lifetime, o.policy, o.attachOnly))
 	if prev, loaded := backends.LoadOrStore(o, name); loaded {
 		return prev.(vm.Backend)
 	}
@@ -180,7 +200,7 @@ func Backend(opts ...Option) vm.Backend {
 // options cannot honour (ikube.Check), then connects.
 func opener(o options) driver.Opener {
 	return func(ctx context.Context, spec *driver.Spec) (driver.Driver, error) {
-		iopts := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse}
+		iopts := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse, AttachOnly: o.attachOnly}
 		if spec != nil {
 			if err := ikube.Check(*spec, iopts); err != nil {
 				return nil, err
