@@ -53,6 +53,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -269,13 +270,13 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 	}
 	return d.retry(ctx, id, "installing the agent", func() (bool, error) {
 		stderr := capture.New(4 << 10)
-		// Nothing is written before installScript's dot came through
+		// Nothing is written before the gate's first dot came through
 		// this attach: a write to a container not running yet meets a
-		// reset, which client-go logs.
+		// reset, which client-go logs. Then the gate's line, and the tar.
 		dot := &firstByte{seen: make(chan struct{})}
-		in := &afterFirst{r: bytes.NewReader(tarball), first: dot.seen, ended: make(chan struct{})}
-		s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stderr: true},
-			remotecommand.StreamOptions{Stdin: in, Stderr: io.MultiWriter(dot, stderr)})
+		in := &afterFirst{r: io.MultiReader(strings.NewReader("\n"), bytes.NewReader(tarball)), first: dot.seen, ended: make(chan struct{})}
+		s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stdout: true, Stderr: true},
+			remotecommand.StreamOptions{Stdin: in, Stdout: dot, Stderr: stderr})
 		if err != nil {
 			return false, err
 		}
@@ -287,7 +288,7 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 			return false, fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
 		}
 		if s.err != nil && !errors.Is(s.err, io.EOF) {
-			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrEngine, s.err, bytes.TrimSpace(bytes.TrimPrefix([]byte(stderr.String()), []byte("."))))
+			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrEngine, s.err, bytes.TrimSpace([]byte(stderr.String())))
 		}
 		return false, nil
 	})

@@ -52,15 +52,14 @@ const (
 // (waited for) before the agent starts.
 const gate = `(while :; do printf .; sleep 0.05; done) & t=$!; read -r _; kill $t; wait $t 2>/dev/null; unset SHLVL PWD OLDPWD; exec "$0" "$@"`
 
-// installScript is Install's command: a dot on stderr, which says the
-// container runs and the attach reaches it, before CopyIn writes a byte
-// (as the gate's dots do for Main), then tar of the agent's stream, then,
-// once tar succeeded, the rest of stdin read to its end: the container
-// exits only after the caller closed its stdin, so no write of the
-// caller's meets a stream that ended under it (client-go logs each such
-// write on the process's stderr). tar's failure ends it at once, with
-// tar's status and message.
-const installScript = `printf . >&2; tar -x -f - -C / || exit; exec cat >/dev/null`
+// installScript is what Install runs behind the gate, whose dots say the
+// container runs and the attach reaches it before CopyIn writes a byte
+// (as for Main): tar of the agent's stream, then, once tar succeeded, the
+// rest of stdin read to its end. The container exits only after the
+// caller closed its stdin, so no write of the caller's meets a stream
+// that ended under it (client-go logs each such write on the process's
+// stderr). tar's failure ends it at once, with tar's status and message.
+const installScript = `tar -x -f - -C / || exit; exec cat >/dev/null`
 
 // Options are what the driver adds to a Spec: where and how its pods run.
 type Options struct {
@@ -211,7 +210,7 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 		Name:            Install,
 		Image:           spec.Image,
 		ImagePullPolicy: pull,
-		Command:         []string{"/bin/sh", "-c", installScript},
+		Command:         []string{"/bin/sh", "-c", gate, "/bin/sh", "-c", installScript},
 		Stdin:           true,
 		StdinOnce:       true,
 		Resources:       res,

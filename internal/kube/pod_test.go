@@ -62,7 +62,7 @@ func TestPodAgent(t *testing.T) {
 	require.NoError(t, err)
 	in, main := p.Spec.InitContainers[0], p.Spec.Containers[0]
 	assert.Equal(t, Install, in.Name)
-	assert.Equal(t, []string{"/bin/sh", "-c", installScript}, in.Command)
+	assert.Equal(t, []string{"/bin/sh", "-c", gate, "/bin/sh", "-c", installScript}, in.Command)
 	assert.Equal(t, []corev1.VolumeMount{{Name: agentVolume, MountPath: agent.Dir}}, in.VolumeMounts)
 	assert.True(t, *in.SecurityContext.ReadOnlyRootFilesystem)
 	assert.Equal(t, []string{"/bin/sh", "-c", gate, agent.Path, "-x"}, main.Command)
