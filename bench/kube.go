@@ -31,7 +31,9 @@ import (
 // its nodes, in $PODVM_KUBE_NAMESPACE: a Run's round trip through the
 // agent and through exec sessions against `kubectl exec`, round-robin;
 // Runs per second from 1 and 16 callers on one pod; a fresh sandbox to
-// its first result against `kubectl run --rm -i`; a connection to a
+// its first result against `kubectl run --rm -i`; stdout through the
+// direct channel, the attach stream alone and exec sessions against
+// `kubectl exec` (kubedata.go); a connection to a
 // server in the pod through vm.Forward against `kubectl port-forward`,
 // the forward made for the connection and kept; a Get from a warm
 // vm.Pool. Without a cluster it is skipped, saying why. kubectl is
@@ -86,6 +88,7 @@ type kubeResult struct {
 	fwdOnce, fwdKept          []*series // through a forward made per connection; through a kept one
 	fwdSkip                   string
 	pool                      poolResult
+	data                      kubeDataResult
 }
 
 // cluster is the section's cluster and everything the bench made on it.
@@ -191,7 +194,7 @@ func (b *bench) kubes(ctx context.Context) error {
 
 	progress("kube: setting up")
 	var alts []alt
-	var agentVM vm.VM
+	var agentVM, execVM vm.VM
 	for _, be := range []backend{agent, viaExec} {
 		v, why := c.sandbox(ctx, be, cfg)
 		if ctx.Err() != nil {
@@ -203,12 +206,16 @@ func (b *bench) kubes(ctx context.Context) error {
 		}
 		if be.name == nameKubeAgent {
 			agentVM, r.rateSkip = v, why
+		} else {
+			execVM = v
 		}
 		alts = append(alts, a)
 	}
 	kc := alt{name: nameKubectlExec, skip: c.kubectlWhy}
+	var kpod string
 	if c.kubectl != "" {
 		pod, err := c.startPod(ctx, "exec", "sleep", "3600")
+		kpod = pod
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -232,6 +239,9 @@ func (b *bench) kubes(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
+	}
+	if err := b.kubeData(ctx, c, cfg, agentVM, execVM, kpod); err != nil {
+		return err
 	}
 	if err := b.kubeForwards(ctx, c, agentVM, r); err != nil {
 		return err
@@ -468,6 +478,7 @@ func (b *bench) reportKube(w io.Writer) {
 			s.fails, s.fails+len(s.d))
 	}
 	reportWarmPool(w, "**Kubernetes, pool, warm**", []poolResult{r.pool})
+	b.reportKubeData(w)
 	b.reportKubeTargets(w)
 }
 
@@ -519,6 +530,8 @@ func (b *bench) reportKubeTargets(w io.Writer) {
 	}
 	p50ratio(fmt.Sprintf("kube, agent: a forward for one connection p50 ≤ %.1f× `kubectl port-forward`'s", kubeForwardTarget),
 		find(r.fwdOnce, nameKubeForwardOnce), find(r.fwdOnce, nameKubectlPFOnce), kubeForwardTarget, bound)
+
+	b.reportKubeDataTargets(w, verdict)
 
 	p := r.pool
 	what = fmt.Sprintf("kube, agent: Get p50 ≤ %s with a warm pool", ms(getTarget))
