@@ -116,6 +116,11 @@ func (s *sandbox) handshake(ctx context.Context, rw io.ReadWriteCloser) (*agent.
 	return nil, why
 }
 
+// peerBreakWait bounds how long a call whose peer broke waits for the
+// first channel's end, which says the sandbox died, before it says the
+// sandbox runs on.
+const peerBreakWait = 2 * time.Second
+
 // agentHello bounds the wait for the agent's handshake once the
 // container was started.
 const agentHello = 30 * time.Second
@@ -184,11 +189,15 @@ func (s *sandbox) agentStartError(ctx context.Context, name string, err error) e
 // [ErrUnavailable]. In those the sandbox can run no more commands.
 func (s *sandbox) channelClosed(ctx context.Context, name string, err error) error {
 	if l := s.state().agent; l != nil {
+		// A peer's connection broke (link.go). A sandbox that died ends
+		// its peers at once and its first channel a moment later (on
+		// Kubernetes, once the kubelet and the API server saw it): wait
+		// for that a while before saying the sandbox runs on.
+		t := time.NewTimer(peerBreakWait)
+		defer t.Stop()
 		select {
 		case <-l.dead():
-		default:
-			// A peer's connection broke (link.go); the first channel, and
-			// so the sandbox, lives on.
+		case <-t.C:
 			return fmt.Errorf("%w: %s: the connection to the sandbox's agent over its network broke (the sandbox runs on): %w", ErrUnavailable, name, err)
 		}
 	}

@@ -237,7 +237,11 @@ func (s *sandbox) createStarted(ctx context.Context, mount *agentMount) (string,
 		return id, nil, fmt.Errorf("vm: create from %s: %w", s.cfg.Image, err)
 	}
 	_, service := s.d.Local()
-	l := newLink(a, peerDialer(s.d, id, a), func() { unreachable.Store(service, time.Now()) })
+	l := newLink(a, peerDialer(s.d, id, a), func(err error) {
+		if errors.Is(err, errUnreached) {
+			unreachable.Store(service, time.Now())
+		}
+	})
 	l.settle(ctx, firstPeerWait)
 	return id, l, nil
 }

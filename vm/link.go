@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -27,10 +28,11 @@ import (
 // The first peer is made as the sandbox is made: Create waits for it
 // (firstPeerWait at most), so that its calls go the same way from the
 // first. Then one more is made, in the background, whenever a call takes
-// the last idle one, up to maxPeers. Until one answers, and for good once
-// a dial failed (the caller does not reach the pod network), calls take
-// the first channel; a service whose first dial failed is not tried again
-// for its later sandboxes, for unreachableFor. A call takes
+// the last idle one, up to maxPeers; once a dial failed, no more are made.
+// Until one answers, calls take the first channel. A service whose first
+// connection could not be made (the caller does not reach the pod
+// network) is not tried again for its later sandboxes, for
+// unreachableFor. A call takes
 // the peer with the fewest calls in flight. A peer's end fails the calls
 // on it (agent.ErrChannelClosed) and kills their processes; the sandbox
 // lives on. As the network between may be cut, with the other peers not
@@ -75,8 +77,9 @@ type link struct {
 	closed     bool
 	settled    chan struct{} // closed once the first dial ended
 	settleOnce sync.Once
-	reached    bool   // a peer was made: the pod network reaches the sandbox
-	failed     func() // called when a dial fails; may be nil
+	reached    bool        // a peer was made: the pod network reaches the sandbox
+	failed     func(error) // called with a first dial's error; may be nil
+	retired    []*peer     // peers no call takes, busy when retired
 }
 
 // peer is a channel over the network, and how many calls are on it.
@@ -88,7 +91,7 @@ type peer struct {
 
 // newLink returns the link over main; with dial, it starts making the
 // first peer, and calls failed if a dial fails.
-func newLink(main *agent.Client, dial func(context.Context) (*agent.Client, error), failed func()) *link {
+func newLink(main *agent.Client, dial func(context.Context) (*agent.Client, error), failed func(error)) *link {
 	l := &link{main: main, dial: dial, settled: make(chan struct{}), failed: failed}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	if dial == nil {
@@ -167,6 +170,8 @@ func (l *link) retireLocked() {
 		p.retired = true
 		if p.busy.Load() == 0 {
 			p.c.Close()
+		} else {
+			l.retired = append(l.retired, p)
 		}
 	}
 	l.peers = nil
@@ -194,7 +199,7 @@ func (l *link) growLocked() {
 		case err != nil:
 			l.dial = nil // the caller does not reach it: the first channel it is
 			if l.failed != nil && !l.reached && l.ctx.Err() == nil {
-				l.failed() // never reached: the service's pods are out of reach
+				l.failed(err)
 			}
 		case l.closed || l.dial == nil:
 			c.Close() // closed, or the peers retired meanwhile
@@ -214,8 +219,8 @@ func (l *link) dead() <-chan struct{} { return l.main.Dead() }
 func (l *link) close() {
 	l.mu.Lock()
 	l.closed = true
-	peers := l.peers
-	l.peers = nil
+	peers := append(l.peers, l.retired...)
+	l.peers, l.retired = nil, nil
 	l.mu.Unlock()
 	l.cancel()
 	l.wg.Wait()
@@ -252,9 +257,16 @@ func peerDialer(d driver.Driver, id string, main *agent.Client) func(context.Con
 			}
 			address = net.JoinHostPort(ip, strconv.Itoa(port))
 		}
-		return agent.DialPeer(ctx, address, key)
+		c, err := agent.DialPeer(ctx, address, key)
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			err = fmt.Errorf("%w: %w", errUnreached, err)
+		}
+		return c, err
 	}
 }
+
+// errUnreached: the connection to a sandbox's address could not be made.
+var errUnreached = errors.New("vm: the sandbox's address is out of the caller's reach")
 
 // errNoAddress: the container has no address yet.
 var errNoAddress = errors.New("vm: the sandbox has no network address")

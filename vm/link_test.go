@@ -150,7 +150,7 @@ func TestLinkStopsDialingOnceADialFailed(t *testing.T) {
 	l := newLink(main, func(context.Context) (*agent.Client, error) {
 		dials.Add(1)
 		return nil, errors.New("no route to host")
-	}, func() { failed.Add(1) })
+	}, func(error) { failed.Add(1) })
 	defer l.close()
 	settled := time.Now()
 	l.settle(context.Background(), time.Minute)
@@ -185,4 +185,22 @@ func TestLinkCloseEndsADial(t *testing.T) {
 		t.Fatal("close waited for a dial that ctx should have ended")
 	}
 	assert.True(t, isDead(main))
+}
+
+// close closes a peer retired while busy, whose call has not ended.
+func TestLinkCloseClosesRetiredPeers(t *testing.T) {
+	l, _, ends, peers, _ := fakeLink(t)
+	require.Eventually(t, func() bool { return peers() == 1 }, 10*time.Second, time.Millisecond)
+	busy, _ := l.take() // never done
+	require.Eventually(t, func() bool { return peers() == 2 }, 10*time.Second, time.Millisecond)
+	<-ends
+	(<-ends).Close() // the other peer breaks: all retire
+	require.Eventually(t, func() bool {
+		c, d := l.take()
+		d()
+		return c != busy && peers() == 0
+	}, 10*time.Second, time.Millisecond)
+	assert.False(t, isDead(busy), "busy: left to its call")
+	l.close()
+	assert.True(t, isDead(busy), "closed with the link")
 }

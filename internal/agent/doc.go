@@ -154,7 +154,8 @@
 // # Peers
 //
 // A Listen makes the agent listen on a TCP port of the sandbox's network
-// (any address, a port the kernel picks) for more channels: a connection
+// (any address; the port the Listen names, PeerPort where package vm
+// asks, or one the kernel picks) for more channels: a connection
 // there is served only once it proved it holds the Listen's key (package
 // psk: a mutual proof, then every record sealed), and is then a session
 // of its own, from the agent's Hello on, with its own run ids ([DialPeer]).

@@ -386,7 +386,9 @@ func (d *Driver) Close() {
 }
 
 // Address returns pod id's IP, as its status says: [driver.Addresser].
-// Whether the caller reaches it is for the caller to find out.
+// Whether the caller reaches it is for the caller to find out. A pod on
+// the node's network (Network "host"), or any with AttachOnly, has none
+// to offer: [driver.ErrNotSupported].
 func (d *Driver) Address(ctx context.Context, id string) (string, error) {
 	if d.o.AttachOnly {
 		return "", fmt.Errorf("%w: kube: the caller asked for the attach stream alone", driver.ErrNotSupported)
@@ -394,6 +396,12 @@ func (d *Driver) Address(ctx context.Context, id string) (string, error) {
 	p, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
 	if err != nil {
 		return "", classify("look up", id, err)
+	}
+	if p.Spec.HostNetwork {
+		// Its address is the node's: the agent would listen on the node,
+		// where another sandbox's, or a service of the node's, may hold
+		// the port, with no policy in front.
+		return "", fmt.Errorf("%w: kube: pod %s is on the node's network", driver.ErrNotSupported, id)
 	}
 	return p.Status.PodIP, nil
 }

@@ -148,9 +148,9 @@ func WithUnenforcedNetworkPolicy() Option { return func(o *options) { o.policy =
 // WithAttachOnly makes every call of the sandboxes take the API
 // server's attach stream, never a direct connection to the pod's agent
 // (see "The direct channel" in docs/kubernetes.md): for a caller that
-// knows it does not reach the pod network, which then skips the
-// background dial that finds it out, or one whose rules forbid
-// connections to pods. Network "none"'s policy then lets nothing in.
+// knows it does not reach the pod network, which then tries no
+// connection to find it out, or one whose rules forbid connections to
+// pods. Network "none"'s policy then lets nothing in.
 func WithAttachOnly() Option { return func(o *options) { o.attachOnly = true } }
 
 func newOptions(opts []Option) options {

@@ -24,7 +24,10 @@
 // length as additional data and the record's sequence number, counted
 // from 0 per direction, as nonce. So a record that was altered, dropped,
 // reordered, replayed or sent back the other way fails to open, and the
-// connection with it: a reader gets [ErrAuth] and nothing after.
+// connection with it: a reader gets [ErrAuth] and nothing after. The end
+// of the stream is not authenticated: a connection cut after a whole
+// record reads as EOF there, so the protocol carried must say itself
+// where it ends (the agent's does: Exit, Bye).
 //
 // What it does not give: forward secrecy (whoever later learns the key
 // can read recorded traffic; keys live in the two processes' memory

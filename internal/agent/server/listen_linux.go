@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net"
 	"strconv"
 	"time"
@@ -53,11 +54,14 @@ func (a *agent) acceptPeers(l net.Listener, key []byte) {
 	peers := make(chan struct{}, maxPeers)
 	for {
 		c, err := l.Accept()
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			// Out of fds, say: the listener is still there, and so are
+			// the peers to come.
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
 		select {
 		case pending <- struct{}{}:
