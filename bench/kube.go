@@ -562,7 +562,7 @@ func (b *bench) kubeForwards(ctx context.Context, c *cluster, v vm.VM, r *kubeRe
 		r.fwdSkip = "failed: " + oneLine(err)
 		return nil
 	}
-	srv, err := startServer(ctx, v, echoPort, echoArgv)
+	srv, err := startServer(ctx, v, echoPort, ncArgv(echoPort, echoArgv...))
 	if err != nil {
 		return fail(err)
 	}

@@ -3,6 +3,7 @@ package vmtest
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -50,7 +51,7 @@ func want(t *testing.T, res *exec.Result, err error, stdout, stderr string, code
 
 // single is a case made of one command whose outcome is fully known.
 func single(name, promise string, cmd exec.Command, stdout, stderr string, code int) testCase {
-	return testCase{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	return testCase{Name: name, Promise: promise, Shared: true, Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		res, err, o := run(ctx, v, name, cmd)
 		want(t, res, err, stdout, stderr, code)
 		return []observation{o}
@@ -59,7 +60,7 @@ func single(name, promise string, cmd exec.Command, stdout, stderr string, code 
 
 // failing is a case whose command must fail with target before running.
 func failing(name, promise string, cmd exec.Command, target error) testCase {
-	return testCase{Name: name, Promise: promise, Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	return testCase{Name: name, Promise: promise, Shared: true, Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 		res, err, o := run(ctx, v, name, cmd)
 		if !errors.Is(err, target) {
 			t.Fatalf("got error %v (result %+v); want one matching %v", err, res, target)
@@ -451,7 +452,15 @@ func cases(h Harness) []testCase {
 		c.Agent = true
 		cases = append(cases, c)
 	}
-	return append(cases, hardeningCases(h)...)
+	cases = append(cases, testCase{Name: "live/refused", Promise: "a path without podvm's agent refuses Start, Dial, WaitListening and Forward with vm.ErrNotSupported naming Config.PodmanExec, before anything runs; with the agent each works",
+		Test: liveRefused})
+	cases = append(cases, hardeningCases(h)...)
+	// The longest first: parallel subtests start in this order, two at a
+	// time on two cores, and a four-minute case begun last would run on
+	// alone at the end. A case's deadline is the measure of its length
+	// at hand (and is the same for every h, as RunParity needs).
+	slices.SortStableFunc(cases, func(a, b testCase) int { return cmp.Compare(b.Deadline, a.Deadline) })
+	return cases
 }
 
 type file struct {

@@ -32,7 +32,7 @@ func nameCases() []testCase {
 			// 68 s on the exec path under a cold make test's load.
 			Deadline: 4 * time.Minute,
 			Test:     filesGlobNames},
-		{Name: "files/dash-names", Promise: "a name that begins with \"-\" (\"-dash\", \"--\", \"-rf\", \"-\" alone) is a name, never an option of a program podvm runs, in WriteFile, ReadFile, ReadDir, CopyIn, CopyOut, CopyDirIn, CopyDirOut and as a Command's Dir",
+		{Name: "files/dash-names", Promise: "a name that begins with \"-\" (\"--\", \"-rf\", \"-\" alone) is a name, never an option of a program podvm runs, in WriteFile, ReadFile, ReadDir, CopyIn, CopyOut, CopyDirIn, CopyDirOut and as a Command's Dir",
 			// As many file calls as glob-names, on every path.
 			Deadline: 4 * time.Minute,
 			Test:     filesDashNames},
@@ -43,7 +43,7 @@ func nameCases() []testCase {
 
 // dashNames are names a program reads as options when they reach its
 // argv unguarded.
-var dashNames = []string{"-dash", "--", "-rf", "-"}
+var dashNames = []string{"--", "-rf", "-"}
 
 // filesDashNames uses each of dashNames as a file's name, in /tmp/dn,
 // and as a directory's, in /tmp/dd, with every file call and as a
@@ -208,15 +208,34 @@ func filesGlobNames(ctx context.Context, t *testing.T, v vm.VM) []observation {
 			t.Errorf("CopyDirIn into %q: %v", dst, err)
 			continue
 		}
-		for _, m := range globNames {
-			got, err := vm.ReadFile(ctx, v, dst+"/"+m, 100)
-			switch {
-			case errors.Is(err, vm.ErrNotSupported):
-				// podman-remote cannot name a path beneath a directory
-				// whose name is not UTF-8 exactly, and says so.
-				t.Logf("after CopyDirIn into %q: %q: %v", dst, m, err)
-			case string(got) != content(m):
-				t.Errorf("after CopyDirIn into %q: %q holds %q, %v", dst, m, got, err)
+		// A file named n beneath the directory named n: the one path of
+		// the tree with the pattern in both of its names. The rest of the
+		// tree is read back in one copy, below.
+		got, err := vm.ReadFile(ctx, v, dst+"/"+n, 100)
+		switch {
+		case errors.Is(err, vm.ErrNotSupported):
+			// podman-remote cannot name a path beneath a directory
+			// whose name is not UTF-8 exactly, and says so.
+			t.Logf("after CopyDirIn into %q: %q: %v", dst, n, err)
+		case string(got) != content(n):
+			t.Errorf("after CopyDirIn into %q: %q holds %q, %v", dst, n, got, err)
+		}
+	}
+	// Each directory holds every name of the tree copied in, and its own
+	// f beside them, each file what was written.
+	out = filepath.Join(t.TempDir(), "out")
+	if err := vm.CopyDirOut(ctx, v, "/tmp/g", out); err != nil {
+		t.Errorf("CopyDirOut after the CopyDirIns: %v", err)
+	}
+	for _, n := range globNames {
+		for _, m := range append(slices.Clone(globNames), "f") {
+			wantContent := content(m)
+			if m == "f" {
+				wantContent = content(n)
+			}
+			p := filepath.Join(out, n+".d", m)
+			if b, err := os.ReadFile(p); string(b) != wantContent {
+				t.Errorf("after CopyDirIn into %q: host copy %q holds %q, %v; want %q", n+".d", m, b, err, wantContent)
 			}
 		}
 	}

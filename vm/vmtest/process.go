@@ -415,3 +415,42 @@ func terminalShell(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	}
 	return []observation{outcome("terminal", "exit 5")}
 }
+
+// liveRefused checks what the process and service cases skip on a path
+// without podvm's agent: that it refuses each call, saying why.
+func liveRefused(ctx context.Context, t *testing.T, v vm.VM) []observation {
+	p, startErr := vm.Start(ctx, v, exec.Command{Name: "true"})
+	_, dialErr := vm.Dial(ctx, v, "tcp", "127.0.0.1:1")
+	f, forwardErr := vm.Forward(ctx, v, "tcp", "127.0.0.1:1")
+	waitErr := errors.New("not asked: nothing listens, the agent would wait")
+	if errors.Is(startErr, vm.ErrNotSupported) {
+		waitErr = vm.WaitListening(ctx, v, "tcp", "127.0.0.1:1")
+	}
+	if startErr == nil {
+		if res, err := p.Wait(ctx); err != nil || res.ExitCode != 0 {
+			t.Errorf("a started true: %+v, %v; want exit 0", res, err)
+		}
+	}
+	if f != nil {
+		_ = f.Close()
+	}
+	if !errors.Is(startErr, vm.ErrNotSupported) {
+		// The agent's path: each call reached the sandbox.
+		if startErr != nil || !errors.Is(dialErr, syscall.ECONNREFUSED) || forwardErr != nil {
+			t.Errorf("with the agent: Start %v, Dial %v, Forward %v; want a process, ECONNREFUSED and a forward", startErr, dialErr, forwardErr)
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		call string
+		err  error
+	}{{"Start", startErr}, {"Dial", dialErr}, {"WaitListening", waitErr}, {"Forward", forwardErr}} {
+		if !errors.Is(c.err, vm.ErrNotSupported) || !strings.Contains(c.err.Error(), "PodmanExec") {
+			t.Errorf("%s without the agent: %v; want vm.ErrNotSupported naming Config.PodmanExec", c.call, c.err)
+		}
+	}
+	if ps := vm.Processes(v); len(ps) != 0 {
+		t.Errorf("Processes without the agent: %d; want none", len(ps))
+	}
+	return nil
+}

@@ -12,8 +12,13 @@ package vmtest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,6 +107,12 @@ type testCase struct {
 	// [Harness.Tracked] may skip it with vm.ErrNotSupported; on one that
 	// is, a skip is a failure.
 	Agent bool
+	// Shared: the case only runs commands that leave nothing behind, so
+	// it runs on the one sandbox a run of the suite keeps for such cases
+	// on each backend, not on a fresh one of its own (no Config, Setup
+	// or Uncreated). A sandbox per command would cost the suite a Create
+	// and a Remove each, and test nothing more.
+	Shared bool
 	// Test exercises v and returns what it observed, for comparison
 	// across backends. It reports failures with t.Errorf/t.Fatalf.
 	Test func(ctx context.Context, t *testing.T, v vm.VM) []observation
@@ -144,16 +155,93 @@ func observe(label string, res *exec.Result, err error) observation {
 	return o
 }
 
-// Run runs every case against the backend h makes, each in a parallel
-// subtest with a fresh sandbox.
+// Run runs every case against the backend h makes, each in a subtest
+// with a fresh sandbox, as many at once as -test.parallel allows.
 func Run(t *testing.T, h Harness) {
-	for _, c := range cases(h) {
-		t.Run(c.Name, func(t *testing.T) {
-			t.Parallel()
-			runCase(t, c, h)
-		})
-	}
+	sh := newShared(t, h)
+	cs := cases(h)
+	inOrder(t, cs, func(t *testing.T, i int) { runCase(t, cs[i], h, sh) })
 }
+
+// inOrder runs each case in a subtest, -test.parallel of them at a time,
+// starting them in their order, and returns when all have ended. Not
+// t.Parallel: parallel subtests start in no order, and a four-minute
+// case that starts last runs on alone at the end (cases puts the
+// longest first).
+func inOrder(t *testing.T, cs []testCase, run func(t *testing.T, i int)) {
+	n := runtime.GOMAXPROCS(0)
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if v, err := strconv.Atoi(f.Value.String()); err == nil && v > 0 {
+			n = v
+		}
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, len(cs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t.Run(cs[i].Name, func(t *testing.T) { run(t, i) })
+			}
+		}()
+	}
+	for i := range cs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// shared is the sandbox the [testCase.Shared] cases of one run use on
+// one backend: made by the first that asks, removed when the run ends.
+type shared struct {
+	parent *testing.T
+	h      Harness
+	mu     sync.Mutex
+	made   bool
+	v      vm.VM
+	err    error
+}
+
+// newShared returns t's shared sandbox on h, removed in t's cleanup,
+// after every subtest.
+func newShared(t *testing.T, h Harness) *shared {
+	s := &shared{parent: t, h: h}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.v == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.v.Remove(ctx); err != nil {
+			t.Errorf("Remove of the shared sandbox: %v", err)
+		}
+	})
+	return s
+}
+
+// get returns the shared sandbox, created, making it on the first call.
+func (s *shared) get(ctx context.Context) (vm.VM, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.made {
+		s.made = true
+		s.v, s.err = s.h.NewVM(s.parent, vm.Config{})
+		if s.err == nil {
+			s.err = s.v.Create(ctx)
+		}
+	}
+	return s.v, s.err
+}
+
+// CasesEnv names the environment variable that, set to a regular
+// expression, keeps [RunParity] to the cases whose names it matches
+// (unanchored). A run of a transport, not of a backend (the matrix's ssh
+// row), needs a sample of each kind of case, not every case again.
+const CasesEnv = "PODVM_PARITY_CASES"
 
 // RunParity runs each case on every backend and requires the observations
 // to be identical, field by field (Duration excepted): those of backends
@@ -165,49 +253,63 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	for i, c := range cases(nil) {
-		t.Run(c.Name, func(t *testing.T) {
-			t.Parallel()
-			seen := map[string][]observation{}
-			var mu sync.Mutex
-			// The backends of one path at once, then those of the other:
-			// as many sandboxes at a time as a parity run of one path.
-			for _, tracked := range []bool{true, false} {
-				var wg sync.WaitGroup
-				for name, h := range backends {
-					if h.Tracked() != tracked {
-						continue
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						// Each backend in its own subtest, so that its failures
-						// and skips stay its own; the case is built for it.
-						t.Run(name, func(t *testing.T) {
-							obs := runCase(t, cases(h)[i], h)
-							mu.Lock()
-							seen[name] = obs
-							mu.Unlock()
-						})
-					}()
-				}
-				wg.Wait()
-			}
-			for j, a := range names {
-				for _, b := range names[j+1:] {
-					if !c.AcrossPaths && backends[a].Tracked() != backends[b].Tracked() {
-						continue // the documented differences of the paths
-					}
-					if seen[a] == nil || seen[b] == nil {
-						continue // skipped or failed: nothing to compare
-					}
-					if diff := compare(seen[a], seen[b]); diff != "" {
-						t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, a, b, c.Promise, diff)
-					}
-				}
-			}
-		})
+	sh := map[string]*shared{}
+	for name, h := range backends {
+		sh[name] = newShared(t, h)
 	}
+	keep := func(string) bool { return true }
+	if re := os.Getenv(CasesEnv); re != "" {
+		keep = regexp.MustCompile(re).MatchString
+	}
+	all := cases(nil)
+	var kept []testCase
+	var at []int // kept[j] is all[at[j]]
+	for i, c := range all {
+		if keep(c.Name) {
+			kept, at = append(kept, c), append(at, i)
+		}
+	}
+	inOrder(t, kept, func(t *testing.T, j int) {
+		c, i := kept[j], at[j]
+		seen := map[string][]observation{}
+		var mu sync.Mutex
+		// The backends of one path at once, then those of the other:
+		// as many sandboxes at a time as a parity run of one path.
+		for _, tracked := range []bool{true, false} {
+			var wg sync.WaitGroup
+			for name, h := range backends {
+				if h.Tracked() != tracked {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// Each backend in its own subtest, so that its failures
+					// and skips stay its own; the case is built for it.
+					t.Run(name, func(t *testing.T) {
+						obs := runCase(t, cases(h)[i], h, sh[name])
+						mu.Lock()
+						seen[name] = obs
+						mu.Unlock()
+					})
+				}()
+			}
+			wg.Wait()
+		}
+		for j, a := range names {
+			for _, b := range names[j+1:] {
+				if !c.AcrossPaths && backends[a].Tracked() != backends[b].Tracked() {
+					continue // the documented differences of the paths
+				}
+				if seen[a] == nil || seen[b] == nil {
+					continue // skipped or failed: nothing to compare
+				}
+				if diff := compare(seen[a], seen[b]); diff != "" {
+					t.Errorf("%s: %s and %s differ (%s):\n%s", c.Name, a, b, c.Promise, diff)
+				}
+			}
+		}
+	})
 }
 
 func compare(a, b []observation) string {
@@ -255,11 +357,17 @@ func clip(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
+func runCase(t *testing.T, c testCase, h Harness, sh *shared) (obs []observation) {
 	if l, ok := h.(Limiter); ok {
 		if why, limited := l.Limits()[c.Name]; limited {
 			t.Skipf("the backend cannot keep this promise here: %s", why)
 		}
+	}
+	if c.Agent && !h.Tracked() {
+		// live/refused checks, once per backend, that this path refuses
+		// what only the agent does, naming why: a sandbox per case to
+		// see each refuse again would cost the suite, not test more.
+		t.Skip("a promise of podvm's agent: this path refuses it (see live/refused)")
 	}
 	if c.Agent && h.Tracked() {
 		defer func() {
@@ -276,31 +384,10 @@ func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
 	defer cancel()
 	defer warnOnThinMargin(t, time.Now(), deadline)
 
-	var cfg vm.Config
-	if c.Config != nil {
-		c.Config(&cfg)
-	}
-	if c.Setup != nil {
-		c.Setup(t, &cfg)
-	}
-	v, err := h.NewVM(t, cfg)
+	v, err := sandboxFor(ctx, t, c, h, sh)
 	if err != nil {
 		skipIfNotSupported(t, err)
-		t.Fatalf("new VM: %v", err)
-	}
-	// Removed even when the case fails, with a context of its own.
-	t.Cleanup(func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := v.Remove(rctx); err != nil {
-			t.Errorf("Remove: %v", err)
-		}
-	})
-	if !c.Uncreated {
-		if err := v.Create(ctx); err != nil {
-			skipIfNotSupported(t, err)
-			t.Fatalf("Create: %v", err)
-		}
+		t.Fatal(err)
 	}
 	// The watchdog: a case that outlives its deadline by far is hung, and
 	// nothing short of stopping the process would unblock it.
@@ -313,6 +400,43 @@ func runCase(t *testing.T, c testCase, h Harness) (obs []observation) {
 		return nil
 	}
 	return obs
+}
+
+// sandboxFor returns the sandbox case c runs on: the shared one, or a
+// fresh one of its own, made as c says and removed when t ends (even
+// when the case fails, with a context of its own).
+func sandboxFor(ctx context.Context, t *testing.T, c testCase, h Harness, sh *shared) (vm.VM, error) {
+	if c.Shared {
+		v, err := sh.get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the shared sandbox: %w", err)
+		}
+		return v, nil
+	}
+	var cfg vm.Config
+	if c.Config != nil {
+		c.Config(&cfg)
+	}
+	if c.Setup != nil {
+		c.Setup(t, &cfg)
+	}
+	v, err := h.NewVM(t, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("new VM: %w", err)
+	}
+	t.Cleanup(func() {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := v.Remove(rctx); err != nil {
+			t.Errorf("Remove: %v", err)
+		}
+	})
+	if !c.Uncreated {
+		if err := v.Create(ctx); err != nil {
+			return nil, fmt.Errorf("Create: %w", err)
+		}
+	}
+	return v, nil
 }
 
 // warnOnThinMargin logs a case that took more than half its deadline:
