@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	osexec "os/exec"
 	"slices"
 	"strconv"
@@ -124,4 +125,89 @@ type zeroReader struct{}
 func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// BenchmarkDialFirstByte times Dial to the first byte of a server that
+// writes on accept (make bench's vm.Dial row, without the container),
+// against a plain connect on the host, for what the channel adds.
+func BenchmarkDialFirstByte(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	first := func(c net.Conn) error {
+		defer c.Close()
+		var one [1]byte
+		_, err := io.ReadFull(c, one[:])
+		return err
+	}
+	b.Run("agent", func(b *testing.B) {
+		a := startAgent(b)
+		ctx := context.Background()
+		p50(b, func() error {
+			c, err := a.Dial(ctx, "tcp", l.Addr().String(), false)
+			if err != nil {
+				return err
+			}
+			return first(c)
+		})
+	})
+	b.Run("agent-echo", func(b *testing.B) { // a round trip on an open connection
+		el, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer el.Close()
+		go func() {
+			c, err := el.Accept()
+			if err == nil {
+				_, _ = io.Copy(c, c)
+				c.Close()
+			}
+		}()
+		a := startAgent(b)
+		c, err := a.Dial(context.Background(), "tcp", el.Addr().String(), false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		var line [5]byte
+		p50(b, func() error {
+			if _, err := c.Write([]byte("ping\n")); err != nil {
+				return err
+			}
+			_, err := io.ReadFull(c, line[:])
+			return err
+		})
+	})
+	b.Run("agent-refused", func(b *testing.B) { // one round trip, no connection
+		a := startAgent(b)
+		ctx := context.Background()
+		p50(b, func() error {
+			if _, err := a.Dial(ctx, "tcp", "127.0.0.1:1", false); err == nil {
+				return fmt.Errorf("connected to port 1")
+			}
+			return nil
+		})
+	})
+	b.Run("host", func(b *testing.B) {
+		p50(b, func() error {
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				return err
+			}
+			return first(c)
+		})
+	})
 }
