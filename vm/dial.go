@@ -88,13 +88,17 @@ func (s *sandbox) DialListening(ctx context.Context, network, address string) (n
 }
 
 func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) (net.Conn, error) {
-	return connect(ctx, s, network, address, func(a *agent.Client) (*agent.Conn, <-chan struct{}, error) {
+	c, err := connect(ctx, s, network, address, func(a *agent.Client) (*agent.Conn, <-chan struct{}, error) {
 		c, err := a.Dial(ctx, network, address, wait)
 		if err != nil {
 			return nil, nil, err
 		}
 		return c, c.Done(), nil
 	})
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *agent.Conn
+	}
+	return c, nil
 }
 
 // splice connects to address on network in the sandbox, as dial does,
