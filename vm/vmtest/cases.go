@@ -453,13 +453,18 @@ func cases(h Harness) []testCase {
 		cases = append(cases, c)
 	}
 	cases = append(cases, testCase{Name: "live/refused", Promise: "a path without podvm's agent refuses Start, Dial, WaitListening and Forward with vm.ErrNotSupported naming Config.PodmanExec, before anything runs; with the agent each works",
-		Test: liveRefused})
+		Test: liveRefused(h)})
 	cases = append(cases, hardeningCases(h)...)
-	// The longest first: parallel subtests start in this order, two at a
-	// time on two cores, and a four-minute case begun last would run on
-	// alone at the end. A case's deadline is the measure of its length
-	// at hand (and is the same for every h, as RunParity needs).
-	slices.SortStableFunc(cases, func(a, b testCase) int { return cmp.Compare(b.Deadline, a.Deadline) })
+	for _, c := range cases {
+		if c.Shared && (c.Config != nil || c.Setup != nil || c.Uncreated) {
+			panic("vmtest: case " + c.Name + " is Shared but asks for a sandbox of its own")
+		}
+	}
+	// The longest first: inOrder starts them in this order,
+	// -test.parallel at a time, and a four-minute case begun last would
+	// run on alone at the end. A case's deadline is the measure of its
+	// length at hand (and is the same for every h, as RunParity needs).
+	slices.SortStableFunc(cases, func(a, b testCase) int { return cmp.Compare(b.deadline(), a.deadline()) })
 	return cases
 }
 

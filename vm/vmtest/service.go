@@ -21,8 +21,8 @@ import (
 
 // serviceCases check that a service in the sandbox is reached from the
 // caller's process through the agent, with the sandbox's default
-// Network "none": on a path without the agent, Dial fails with
-// vm.ErrNotSupported and the cases skip.
+// Network "none". A path without the agent refuses them (live/refused
+// checks that), so the suite skips them there.
 func serviceCases(h Harness) []testCase {
 	return []testCase{
 		{Name: "service/dial", Promise: "a server in a sandbox with no network answers the caller through Dial, once WaitListening says it listens",

@@ -1,7 +1,8 @@
 // Package vmtest is the conformance suite every podvm [vm.VM] backend must
 // pass, in the shape of gocloud's drivertest: [Run] takes a [Harness] for
 // the backend under test and runs one table of cases, each stating the
-// promise it checks, each on a fresh sandbox with its own deadline.
+// promise it checks, each on a fresh sandbox (those that only run a
+// command share one) with its own deadline.
 // [RunParity] runs each case on several backends and requires identical
 // results. [Sandbox] is for users' own integration tests.
 //
@@ -34,7 +35,9 @@ import (
 type Harness interface {
 	// NewVM returns a VM, not yet created, for cfg. When cfg.Image is
 	// empty it sets the image it tests with: a busybox image with /bin/sh
-	// at least.
+	// at least. t is the case's test, or, for the sandbox the Shared
+	// cases share, the suite's own (called from a case's goroutine: NewVM
+	// must not stop t).
 	NewVM(t *testing.T, cfg vm.Config) (vm.VM, error)
 	// NewUnreachableVM returns a VM, not yet created, whose Podman cannot
 	// be reached (no service, no binary), or an error matching
@@ -103,9 +106,9 @@ type testCase struct {
 	// Without it, it compares backends of the same way only.
 	AcrossPaths bool
 	// Agent: the promise is made through podvm's agent alone (held
-	// processes, terminals, services). A backend that is not
-	// [Harness.Tracked] may skip it with vm.ErrNotSupported; on one that
-	// is, a skip is a failure.
+	// processes, terminals, services). The suite skips it on a backend
+	// that is not [Harness.Tracked] (live/refused checks that such a
+	// backend refuses these calls); on one that is, a skip is a failure.
 	Agent bool
 	// Shared: the case only runs commands that leave nothing behind, so
 	// it runs on the one sandbox a run of the suite keeps for such cases
@@ -156,7 +159,8 @@ func observe(label string, res *exec.Result, err error) observation {
 }
 
 // Run runs every case against the backend h makes, each in a subtest
-// with a fresh sandbox, as many at once as -test.parallel allows.
+// with a fresh sandbox (the Shared ones on one they share), as many at
+// once as -test.parallel allows.
 func Run(t *testing.T, h Harness) {
 	sh := newShared(t, h)
 	cs := cases(h)
@@ -199,42 +203,45 @@ type shared struct {
 	parent *testing.T
 	h      Harness
 	mu     sync.Mutex
-	made   bool
 	v      vm.VM
-	err    error
 }
 
-// newShared returns t's shared sandbox on h, removed in t's cleanup,
-// after every subtest.
-func newShared(t *testing.T, h Harness) *shared {
-	s := &shared{parent: t, h: h}
-	t.Cleanup(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.v == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.v.Remove(ctx); err != nil {
-			t.Errorf("Remove of the shared sandbox: %v", err)
-		}
-	})
-	return s
-}
+// newShared returns t's shared sandbox on h, made on first use and
+// removed in t's cleanup, after every subtest. h's NewVM is handed t,
+// the suite's own test.
+func newShared(t *testing.T, h Harness) *shared { return &shared{parent: t, h: h} }
 
-// get returns the shared sandbox, created, making it on the first call.
+// get returns the shared sandbox, created: the first call makes it, and
+// a call after one that failed tries again (the failure is that case's,
+// not every later one's).
 func (s *shared) get(ctx context.Context) (vm.VM, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.made {
-		s.made = true
-		s.v, s.err = s.h.NewVM(s.parent, vm.Config{})
-		if s.err == nil {
-			s.err = s.v.Create(ctx)
-		}
+	if s.v != nil {
+		return s.v, nil
 	}
-	return s.v, s.err
+	v, err := s.h.NewVM(s.parent, vm.Config{})
+	if err != nil {
+		return nil, err
+	}
+	if err := v.Create(ctx); err != nil {
+		_ = remove(v) // what a failed Create made, if anything
+		return nil, err
+	}
+	s.v = v
+	s.parent.Cleanup(func() {
+		if err := remove(v); err != nil {
+			s.parent.Errorf("Remove of the shared sandbox: %v", err)
+		}
+	})
+	return v, nil
+}
+
+// remove removes v, a minute at most.
+func remove(v vm.VM) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return v.Remove(ctx)
 }
 
 // CasesEnv names the environment variable that, set to a regular
@@ -258,8 +265,12 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 		sh[name] = newShared(t, h)
 	}
 	keep := func(string) bool { return true }
-	if re := os.Getenv(CasesEnv); re != "" {
-		keep = regexp.MustCompile(re).MatchString
+	if expr := os.Getenv(CasesEnv); expr != "" {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			t.Fatalf("%s: %v", CasesEnv, err)
+		}
+		keep = re.MatchString
 	}
 	all := cases(nil)
 	var kept []testCase
@@ -267,6 +278,12 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 	for i, c := range all {
 		if keep(c.Name) {
 			kept, at = append(kept, c), append(at, i)
+		}
+	}
+	if len(kept) < len(all) {
+		t.Logf("%s keeps %d cases of %d", CasesEnv, len(kept), len(all))
+		if len(kept) == 0 {
+			t.Fatalf("%s=%q matches no case", CasesEnv, os.Getenv(CasesEnv))
 		}
 	}
 	inOrder(t, kept, func(t *testing.T, j int) {
@@ -287,7 +304,11 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 					// Each backend in its own subtest, so that its failures
 					// and skips stay its own; the case is built for it.
 					t.Run(name, func(t *testing.T) {
-						obs := runCase(t, cases(h)[i], h, sh[name])
+						hc := cases(h)[i]
+						if hc.Name != c.Name {
+							t.Fatalf("vmtest: the cases of %s are not in the order of the suite's: %s where %s was", name, hc.Name, c.Name)
+						}
+						obs := runCase(t, hc, h, sh[name])
 						mu.Lock()
 						seen[name] = obs
 						mu.Unlock()
@@ -376,10 +397,7 @@ func runCase(t *testing.T, c testCase, h Harness, sh *shared) (obs []observation
 			}
 		}()
 	}
-	deadline := c.Deadline
-	if deadline == 0 {
-		deadline = time.Minute
-	}
+	deadline := c.deadline()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	defer warnOnThinMargin(t, time.Now(), deadline)
@@ -400,6 +418,14 @@ func runCase(t *testing.T, c testCase, h Harness, sh *shared) (obs []observation
 		return nil
 	}
 	return obs
+}
+
+// deadline is the case's Deadline, a minute when it has none.
+func (c testCase) deadline() time.Duration {
+	if c.Deadline == 0 {
+		return time.Minute
+	}
+	return c.Deadline
 }
 
 // sandboxFor returns the sandbox case c runs on: the shared one, or a
@@ -425,9 +451,7 @@ func sandboxFor(ctx context.Context, t *testing.T, c testCase, h Harness, sh *sh
 		return nil, fmt.Errorf("new VM: %w", err)
 	}
 	t.Cleanup(func() {
-		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := v.Remove(rctx); err != nil {
+		if err := remove(v); err != nil {
 			t.Errorf("Remove: %v", err)
 		}
 	})
