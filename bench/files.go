@@ -39,28 +39,13 @@ const (
 // time (overwriting), and out to a new host directory that it removes
 // afterwards, inside its timing.
 func (b *bench) files(ctx context.Context) error {
-	b.treeFiles, b.treeBytes = treeFiles, int64(treeBytes)
-	if b.quick {
-		b.treeFiles, b.treeBytes = quickTreeFiles, quickTreeBytes
-	}
-	src, err := os.MkdirTemp("", "podvm-bench-tree-")
+	src, out, done, err := b.tree("files")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(src)
-	out, err := os.MkdirTemp("", "podvm-bench-out-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(out)
-	progress("files: making the tree")
-	if err := makeTree(src, b.treeFiles, b.treeBytes); err != nil {
-		return err
-	}
+	defer done()
 
-	in := append(b.vmAlts(func(v vm.VM) op {
-		return func(ctx context.Context) error { return vm.CopyDirIn(ctx, v, src, treeDest) }
-	}), alt{name: nameCp, op: func(ctx context.Context) error {
+	in := append(b.vmAlts(func(v vm.VM) op { return treeIn(v, src) }), alt{name: nameCp, op: func(ctx context.Context) error {
 		_, err := b.p.output(ctx, "cp", src+"/.", b.base+":"+treeDest)
 		return err
 	}}, alt{name: nameTarFloor, op: func(ctx context.Context) error {
@@ -74,22 +59,8 @@ func (b *bench) files(ctx context.Context) error {
 		return err
 	}
 
-	var n atomic.Int64
-	// fresh runs copy into a new host directory, checks what came out and
-	// removes it.
-	fresh := func(copyTo func(ctx context.Context, dst string) error) op {
-		return func(ctx context.Context) error {
-			dst := filepath.Join(out, strconv.FormatInt(n.Add(1), 10))
-			defer os.RemoveAll(dst)
-			if err := copyTo(ctx, dst); err != nil {
-				return err
-			}
-			return checkTree(dst, b.treeFiles, b.treeBytes)
-		}
-	}
-	outAlts := append(b.vmAlts(func(v vm.VM) op {
-		return fresh(func(ctx context.Context, dst string) error { return vm.CopyDirOut(ctx, v, treeDest, dst) })
-	}), alt{name: nameCp, op: fresh(func(ctx context.Context, dst string) error {
+	fresh := b.freshTree(out)
+	outAlts := append(b.vmAlts(func(v vm.VM) op { return treeOut(v, fresh) }), alt{name: nameCp, op: fresh(func(ctx context.Context, dst string) error {
 		_, err := b.p.output(ctx, "cp", b.base+":"+treeDest, dst)
 		return err
 	})}, alt{name: nameTarFloor, op: fresh(func(ctx context.Context, dst string) error {
@@ -99,6 +70,55 @@ func (b *bench) files(ctx context.Context) error {
 	}))
 	b.filesOut, err = measure(ctx, "files out", outAlts, 1, b.sz.stream, b.sz.budget)
 	return err
+}
+
+// tree makes the host tree of the files rows, and a directory for the
+// copies out; done removes both.
+func (b *bench) tree(section string) (src, out string, done func(), err error) {
+	b.treeFiles, b.treeBytes = treeFiles, int64(treeBytes)
+	if b.quick {
+		b.treeFiles, b.treeBytes = quickTreeFiles, quickTreeBytes
+	}
+	if src, err = os.MkdirTemp("", "podvm-bench-tree-"); err != nil {
+		return "", "", nil, err
+	}
+	if out, err = os.MkdirTemp("", "podvm-bench-out-"); err != nil {
+		os.RemoveAll(src)
+		return "", "", nil, err
+	}
+	done = func() { os.RemoveAll(src); os.RemoveAll(out) }
+	progress(section + ": making the tree")
+	if err := makeTree(src, b.treeFiles, b.treeBytes); err != nil {
+		done()
+		return "", "", nil, err
+	}
+	return src, out, done, nil
+}
+
+// treeIn is podvm's copy of the host tree src into v's treeDest.
+func treeIn(v vm.VM, src string) op {
+	return func(ctx context.Context) error { return vm.CopyDirIn(ctx, v, src, treeDest) }
+}
+
+// treeOut is podvm's copy of v's treeDest out to a fresh host directory.
+func treeOut(v vm.VM, fresh func(copyTo func(ctx context.Context, dst string) error) op) op {
+	return fresh(func(ctx context.Context, dst string) error { return vm.CopyDirOut(ctx, v, treeDest, dst) })
+}
+
+// freshTree returns ops that copy the tree into a new directory under
+// out, check what came out and remove it.
+func (b *bench) freshTree(out string) func(copyTo func(ctx context.Context, dst string) error) op {
+	var n atomic.Int64
+	return func(copyTo func(ctx context.Context, dst string) error) op {
+		return func(ctx context.Context) error {
+			dst := filepath.Join(out, strconv.FormatInt(n.Add(1), 10))
+			defer os.RemoveAll(dst)
+			if err := copyTo(ctx, dst); err != nil {
+				return err
+			}
+			return checkTree(dst, b.treeFiles, b.treeBytes)
+		}
+	}
 }
 
 // hostTar copies the tree src to dst, made when missing, as `tar -C src

@@ -27,24 +27,27 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// vmStdin is a Run of stdinArgv in v fed n zero bytes.
+func vmStdin(v vm.VM, n int64) op {
+	cmd := exec.Command{Name: stdinArgv[0], Args: stdinArgv[1:]}
+	return func(ctx context.Context) error {
+		c := cmd
+		c.Stdin = io.LimitReader(zeros{}, n)
+		res, err := v.Run(ctx, c)
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		return err
+	}
+}
+
 // stdins feeds the same n bytes to a command that reads them into
 // /dev/null: podvm's Run with Stdin on each backend against `podman exec
 // -i` and `runc exec` fed by this process through a pipe.
 func (b *bench) stdins(ctx context.Context) error {
 	n := b.sz.streamBytes
 	input := func() io.Reader { return io.LimitReader(zeros{}, n) }
-	alts := b.vmAlts(func(v vm.VM) op {
-		cmd := exec.Command{Name: stdinArgv[0], Args: stdinArgv[1:]}
-		return func(ctx context.Context) error {
-			c := cmd
-			c.Stdin = input()
-			res, err := v.Run(ctx, c)
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
-			}
-			return err
-		}
-	})
+	alts := b.vmAlts(func(v vm.VM) op { return vmStdin(v, n) })
 	alts = append(alts,
 		alt{name: nameCLIStdin, op: func(ctx context.Context) error {
 			c := b.p.command(ctx, append([]string{"exec", "-i", b.base}, stdinArgv...)...)
