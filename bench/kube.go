@@ -89,6 +89,7 @@ type kubeResult struct {
 	fwdSkip                   string
 	pool                      poolResult
 	data                      kubeDataResult
+	phases                    phases // a fresh sandbox's first result, phase by phase
 }
 
 // cluster is the section's cluster and everything the bench made on it.
@@ -262,6 +263,11 @@ func (b *bench) kubes(ctx context.Context) error {
 	// (errLostOutput), which is a failure, not a reason to drop it.
 	if r.first, err = measure(ctx, "kube: first result", alts, 2, b.sz.lifecycle, b.sz.budget); err != nil {
 		return err
+	}
+	progress("kube: first result, phase by phase")
+	r.phases = b.kubeFirstPhases(ctx, c, agent, cfg, max(b.sz.lifecycle, 5))
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 
 	r.pool = poolResult{name: nameKubeAgent, get: &series{name: nameKubeAgent}, cycle: &series{name: nameKubeAgent}, plain: &series{name: nameKubeAgent}}
@@ -477,6 +483,7 @@ func (b *bench) reportKube(w io.Writer) {
 		fmt.Fprintf(w, "\n- `kubectl run -i` lost the output of `echo hi` in %d of %d runs, exiting 0: it attaches once it sees the pod running, and what the command printed before the attach is lost (it reads the logs instead only when it sees the pod already ended). Those runs count as failures.\n",
 			s.fails, s.fails+len(s.d))
 	}
+	r.phases.report(w)
 	reportWarmPool(w, "**Kubernetes, pool, warm**", []poolResult{r.pool})
 	b.reportKubeData(w)
 	b.reportKubeTargets(w)
