@@ -272,7 +272,20 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 		}
 		keep = re.MatchString
 	}
+	// Each backend's cases, built once; every list in the suite's order.
 	all := cases(nil)
+	of := map[string][]testCase{}
+	for name, h := range backends {
+		of[name] = cases(h)
+		if len(of[name]) != len(all) {
+			t.Fatalf("vmtest: %s has %d cases, the suite %d", name, len(of[name]), len(all))
+		}
+		for i, c := range of[name] {
+			if c.Name != all[i].Name {
+				t.Fatalf("vmtest: the cases of %s are not in the order of the suite's: %s where %s is", name, c.Name, all[i].Name)
+			}
+		}
+	}
 	var kept []testCase
 	var at []int // kept[j] is all[at[j]]
 	for i, c := range all {
@@ -304,11 +317,7 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 					// Each backend in its own subtest, so that its failures
 					// and skips stay its own; the case is built for it.
 					t.Run(name, func(t *testing.T) {
-						hc := cases(h)[i]
-						if hc.Name != c.Name {
-							t.Fatalf("vmtest: the cases of %s are not in the order of the suite's: %s where %s was", name, hc.Name, c.Name)
-						}
-						obs := runCase(t, hc, h, sh[name])
+						obs := runCase(t, of[name][i], h, sh[name])
 						mu.Lock()
 						seen[name] = obs
 						mu.Unlock()
