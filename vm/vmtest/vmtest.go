@@ -15,8 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -161,10 +159,17 @@ func observe(label string, res *exec.Result, err error) observation {
 // Run runs every case against the backend h makes, each in a subtest
 // with a fresh sandbox (the Shared ones on one they share), as many at
 // once as -test.parallel allows.
-func Run(t *testing.T, h Harness) {
+func Run(t *testing.T, h Harness) { runSuite(t, h, "") }
+
+func runSuite(t *testing.T, h Harness, sample string) {
 	sh := newShared(t, h)
 	cs := cases(h)
-	inOrder(t, cs, func(t *testing.T, i int) { runCase(t, cs[i], h, sh) })
+	at := selectCases(t, cs, sample)
+	kept := make([]testCase, len(at))
+	for j, i := range at {
+		kept[j] = cs[i]
+	}
+	inOrder(t, kept, func(t *testing.T, j int) { runCase(t, kept[j], h, sh) })
 }
 
 // inOrder runs each case in a subtest, -test.parallel of them at a time,
@@ -244,12 +249,6 @@ func remove(v vm.VM) error {
 	return v.Remove(ctx)
 }
 
-// CasesEnv names the environment variable that, set to a regular
-// expression, keeps [RunParity] to the cases whose names it matches
-// (unanchored). A run of a transport, not of a backend (the matrix's ssh
-// row), needs a sample of each kind of case, not every case again.
-const CasesEnv = "PODVM_PARITY_CASES"
-
 // RunParity runs each case on every backend and requires the observations
 // to be identical, field by field (Duration excepted): those of backends
 // that run commands the same way ([Harness.Tracked]), and, for a case
@@ -263,14 +262,6 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 	sh := map[string]*shared{}
 	for name, h := range backends {
 		sh[name] = newShared(t, h)
-	}
-	keep := func(string) bool { return true }
-	if expr := os.Getenv(CasesEnv); expr != "" {
-		re, err := regexp.Compile(expr)
-		if err != nil {
-			t.Fatalf("%s: %v", CasesEnv, err)
-		}
-		keep = re.MatchString
 	}
 	// Each backend's cases, built once; every list in the suite's order.
 	all := cases(nil)
@@ -286,18 +277,10 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 			}
 		}
 	}
-	var kept []testCase
-	var at []int // kept[j] is all[at[j]]
-	for i, c := range all {
-		if keep(c.Name) {
-			kept, at = append(kept, c), append(at, i)
-		}
-	}
-	if len(kept) < len(all) {
-		t.Logf("%s keeps %d cases of %d", CasesEnv, len(kept), len(all))
-		if len(kept) == 0 {
-			t.Fatalf("%s=%q matches no case", CasesEnv, os.Getenv(CasesEnv))
-		}
+	at := selectCases(t, all, "") // kept[j] is all[at[j]]
+	kept := make([]testCase, len(at))
+	for j, i := range at {
+		kept[j] = all[i]
 	}
 	inOrder(t, kept, func(t *testing.T, j int) {
 		c, i := kept[j], at[j]
