@@ -28,10 +28,8 @@ import (
 var kubePhases = []struct{ mark, what string }{
 	{"added", "the pod's POST seen (kube.New, Create's checks)"},
 	{"scheduled", "scheduled to the node"},
-	{"install", "the init container running (the pod's sandbox, its network, the container)"},
-	{"installed", "the agent copied in (attach to the init container, its gate, the agent's tar)"},
-	{"main", "the sandbox container running"},
-	{"created", "Create returns (the NetworkPolicy, attach to the agent, its gate, hello, the direct channel's first peer)"},
+	{"main", "the sandbox's container running, as the kubelet reports it (the pod's sandbox, its network, the container)"},
+	{"created", "Create returns (the NetworkPolicy, the attach, its gate, the agent's tar, hello, the direct channel's first peer)"},
 	{"result", "the first Run's result"},
 }
 
@@ -42,8 +40,8 @@ type podTimes struct {
 	err  error                           // the watch's failure, if any
 }
 
-// watchPods records the marks of the namespace's podvm pods (those with
-// the init container podvm installs with) until ctx ends.
+// watchPods records the marks of the namespace's podvm pods (those
+// podvm labels its own) until ctx ends.
 func (c *cluster) watchPods(ctx context.Context) (*podTimes, error) {
 	w, err := c.cs.CoreV1().Pods(c.namespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -61,20 +59,12 @@ func (c *cluster) watchPods(ctx context.Context) (*podTimes, error) {
 				return
 			}
 			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || !hasInit(p, installContainer) {
+			if !ok || p.Labels[vm.LabelManaged] != "true" {
 				continue
 			}
 			pt.mark(p.Name, "added", now)
 			if p.Spec.NodeName != "" {
 				pt.mark(p.Name, "scheduled", now)
-			}
-			for _, s := range p.Status.InitContainerStatuses {
-				if s.State.Running != nil {
-					pt.mark(p.Name, "install", now)
-				}
-				if s.State.Terminated != nil {
-					pt.mark(p.Name, "installed", now)
-				}
 			}
 			for _, s := range p.Status.ContainerStatuses {
 				if s.State.Running != nil {
@@ -84,14 +74,6 @@ func (c *cluster) watchPods(ctx context.Context) (*podTimes, error) {
 		}
 	}()
 	return pt, nil
-}
-
-// installContainer is the name of podvm's init container
-// (internal/kube.Install).
-const installContainer = "podvm-install"
-
-func hasInit(p *corev1.Pod, name string) bool {
-	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == name })
 }
 
 func (pt *podTimes) mark(pod, mark string, at time.Time) {

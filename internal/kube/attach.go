@@ -69,30 +69,11 @@ func (f *firstByte) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// afterFirst reads r once first is closed; if ended is closed first
-// (the session ended), it is at its end.
-type afterFirst struct {
-	r      io.Reader
-	first  <-chan struct{}
-	ended  chan struct{} // closed once the session ended
-	opened bool
-}
-
-func (a *afterFirst) Read(p []byte) (int, error) {
-	if !a.opened {
-		select {
-		case <-a.first:
-			a.opened = true
-		case <-a.ended:
-			return 0, io.EOF
-		}
-	}
-	return a.r.Read(p)
-}
-
 // Attach attaches to the stdio of Main of pod id and opens the gate
-// (pod.go) by writing a line: the agent's handshake comes next, and its
-// first byte says the attach holds. Until then it tries again while the
+// (pod.go) by writing a line: the size of the agent's tar stream that
+// [Driver.CopyIn] kept, then the stream, which the gate installs before
+// it runs the agent (installGate). The agent's handshake comes next.
+// Until the gate's first dot came through, it tries again while the
 // kubelet says Main is not running yet (its status, which the kubelet
 // reports a second or more late, is not waited for).
 func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
@@ -127,13 +108,23 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		}
 		outW.CloseWithError(why)
 	}()
+	d.mu.Lock()
+	tarball, install := d.agents[id]
+	d.mu.Unlock()
 	go func() {
 		// The gate's line, once its first dot came through this attach:
 		// the container runs and the attach reaches it (pod.go's gate).
 		select {
 		case <-first.seen:
-			_, _ = inW.Write([]byte("\n"))
 		case <-s.done:
+			return
+		}
+		if !install {
+			_, _ = inW.Write([]byte("\n"))
+			return
+		}
+		if _, err := fmt.Fprintf(inW, "%d\n", len(tarball)); err == nil {
+			_, _ = inW.Write(tarball)
 		}
 	}()
 	select {
@@ -142,6 +133,7 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		// before deleting the pod.
 		d.mu.Lock()
 		d.held[id] = s
+		delete(d.agents, id) // written on this attach, or it ends
 		d.mu.Unlock()
 		return &attached{s: s, in: inW, out: &dotless{r: outR}}, nil
 	case <-s.done:

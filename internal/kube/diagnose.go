@@ -82,8 +82,9 @@ func failure(p *corev1.Pod) error {
 		}
 		if t := st.State.Terminated; t != nil {
 			switch {
-			case st.Name == Install && t.ExitCode != 0:
-				return fmt.Errorf("%w: kube: pod %s: installing the agent: tar exited %d (%s): %s", driver.ErrEngine, p.Name, t.ExitCode, t.Reason, t.Message)
+			case st.Name == Main && strings.Contains(t.Message, "podvm: installing the agent"),
+				st.Name == Main && strings.Contains(t.Message, "tar: "):
+				return fmt.Errorf("%w: kube: pod %s: installing the agent: its container exited %d (%s): %s", driver.ErrEngine, p.Name, t.ExitCode, t.Reason, t.Message)
 			case st.Name == Main:
 				return fmt.Errorf("%w: kube: pod %s: its container exited %d (%s): %s", driver.ErrContainerNotRunning, p.Name, t.ExitCode, t.Reason, t.Message)
 			}
@@ -96,9 +97,9 @@ func failure(p *corev1.Pod) error {
 }
 
 // missingProgram says that container st of pod podName could not start because
-// the image lacks a program podvm's pods run (/bin/sh for the gate and
-// the exec path's scripts, tar for Install, cat for the exec path's PID
-// 1), or nil when it is not that.
+// the image lacks a program podvm's pods run (/bin/sh and sleep for the gate
+// and the exec path's scripts, dd and tar for the agent's install, cat
+// for the exec path's PID 1), or nil when it is not that.
 func missingProgram(podName string, st corev1.ContainerStatus) error {
 	var msgs []string
 	if w := st.State.Waiting; w != nil && startReasons[w.Reason] {
@@ -112,15 +113,18 @@ func missingProgram(podName string, st corev1.ContainerStatus) error {
 	}
 	// runc: exec: "tar": executable file not found in $PATH; crun:
 	// executable file `tar` not found in $PATH; either, for a path:
-	// exec: "/bin/sh": stat /bin/sh: no such file or directory.
+	// exec: "/bin/sh": stat /bin/sh: no such file or directory. The
+	// gate's shell, in the container's log: "sh: dd: not found" (ash),
+	// "sh: 1: dd: not found" (dash), "dd: command not found" (bash).
 	i := slices.IndexFunc(msgs, func(msg string) bool {
-		return strings.Contains(msg, "not found in $PATH") || strings.Contains(msg, "exec") && strings.Contains(msg, "no such file or directory")
+		return strings.Contains(msg, "not found in $PATH") || strings.Contains(msg, "exec") && strings.Contains(msg, "no such file or directory") ||
+			strings.Contains(msg, ": not found") || strings.Contains(msg, "command not found")
 	})
 	if i < 0 {
 		return nil
 	}
 	msg := msgs[i]
-	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, sleep, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
+	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, sleep, dd, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
 }
 
 // describe says where pod p is, for an error after a wait timed out.

@@ -6,20 +6,20 @@
 //
 // How a sandbox with podvm's agent comes up, with no registry:
 //
-//  1. Create makes the pod (pod.go): an init container, Install, from the
-//     sandbox's own image, runs `tar -x -f - -C /` on its stdin, with an
-//     emptyDir mounted at the agent's directory; the sandbox's container,
-//     Main, mounts that volume read-only and runs the agent behind a gate
-//     (a shell's read of one line).
-//  2. CopyIn of the agent's tar stream to "/" attaches to Install's stdin
-//     and streams it; Install exits, Main starts.
+//  1. Create makes the pod (pod.go): one container, Main, from the
+//     sandbox's own image, with an emptyDir at the agent's directory. Its
+//     PID 1 is a gate (a shell's read of one line) in front of the
+//     agent's install: the line is the size of the agent's tar stream,
+//     which dd then reads from stdin, to the byte, and tar extracts into
+//     the volume; then it execs the agent on the same stdin and stdout.
+//  2. CopyIn of the agent's tar stream to "/" keeps it for Attach.
 //  3. Attach attaches to Main's stdin and stdout (not stderr: see
-//     attach) and opens the gate: the agent's handshake is then the first
-//     thing on the stream.
+//     attach), opens the gate with the size and writes the tar stream:
+//     the agent's handshake is then the first thing on the stream.
 //
-// Both attach as soon as the kubelet can, trying again every 100 ms while
-// it says the container is not there yet, rather than waiting for the
-// pod's status (which the kubelet reports a second or more late).
+// Attach attaches as soon as the kubelet can, trying again every 100 ms
+// while it says the container is not there yet, rather than waiting for
+// the pod's status (which the kubelet reports a second or more late).
 //
 // Main's stdin is stdinOnce: when the attach ends — Remove, or the
 // caller's process died and its connection with it — the agent's stdin
@@ -47,13 +47,11 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,10 +61,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/podvm/podvm/internal/agent"
-	"github.com/podvm/podvm/internal/capture"
 	"github.com/podvm/podvm/internal/driver"
 )
 
@@ -113,7 +109,8 @@ type Driver struct {
 
 	mu      sync.Mutex
 	arch    string             // the nodes' architecture, once Image found it
-	pending map[string]bool    // pods whose Install waits for the agent's tar
+	pending map[string]bool    // pods whose agent's tar CopyIn is yet to give
+	agents  map[string][]byte  // pod → the agent's tar stream, for Attach to write
 	held    map[string]*stream // pod → the attach holding Main's stdin (both paths)
 }
 
@@ -121,7 +118,7 @@ var _ driver.Driver = (*Driver)(nil)
 
 // New returns the driver that makes pods through c as o says.
 func New(c *Client, o Options) *Driver {
-	return &Driver{c: c, o: o, pending: map[string]bool{}, held: map[string]*stream{}}
+	return &Driver{c: c, o: o, pending: map[string]bool{}, agents: map[string][]byte{}, held: map[string]*stream{}}
 }
 
 // Image returns the architecture of the cluster's nodes (the first Ready
@@ -181,7 +178,8 @@ const labelSandbox = "io.podvm.kube.sandbox"
 
 // Create makes the pod for spec (and, for Network "none", its deny-all
 // NetworkPolicy, owned by the pod) and returns its name. With spec.Agent
-// it returns at once: Install waits for the agent's tar ([Driver.CopyIn]).
+// it returns at once: Main's gate waits for the agent's tar, which
+// [Driver.CopyIn] keeps and [Driver.Attach] writes.
 // Otherwise it attaches to Main's stdin once Main runs (lifeline), which
 // holds the pod up until [Driver.Remove].
 //
@@ -190,8 +188,7 @@ const labelSandbox = "io.podvm.kube.sandbox"
 // pod, whoever deletes the pod and whatever happens to the caller; no
 // policy is ever left without a pod. The pod runs nothing of the caller's
 // before the policy exists, as nothing runs before Create returns (pod.go):
-// on the agent's path Install's tar reads the agent from its stdin, fed
-// by CopyIn, and Main waits behind the gate for Attach; on the exec path
+// on the agent's path Main waits behind the gate for Attach; on the exec path
 // Main's cat reads a stdin nobody writes to, and a command runs only in
 // an exec session ([Driver.Exec]).
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
@@ -247,8 +244,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 const cleanupTimeout = 30 * time.Second
 
 // CopyIn extracts the tar stream r into dir of pod id. Before the pod
-// started, into "/", it feeds the agent to Install; after, it is tar in
-// an exec session, as the container's user (exec.go).
+// runs the agent, into "/", it is the agent: kept for [Driver.Attach] to
+// write behind the gate's line. After, it is tar in an exec session, as
+// the container's user (exec.go).
 func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	d.mu.Lock()
 	install := d.pending[id] && dir == "/"
@@ -257,44 +255,24 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 	if !install {
 		return d.tarIn(ctx, id, dir, r)
 	}
-	// Not waiting for the pod's status to say Install runs (the kubelet
-	// reports it a second or more after): attach, and again while the
-	// kubelet says the container is not there yet. An attempt may take
-	// some of the stream before it fails, so each gets it whole.
 	tarball, err := io.ReadAll(io.LimitReader(r, maxInstall+1))
 	switch {
 	case err != nil:
 		return fmt.Errorf("vm: kube: installing the agent: %w", err)
 	case len(tarball) > maxInstall:
 		return fmt.Errorf("%w: kube: installing the agent: over %d bytes", driver.ErrInvalidConfig, maxInstall)
+	case len(tarball)%512 != 0:
+		// A tar stream is whole 512-byte blocks, which the gate's dd
+		// reads; zeros after its end are nothing to tar.
+		tarball = append(tarball, make([]byte, 512-len(tarball)%512)...)
 	}
-	return d.retry(ctx, id, "installing the agent", func() (bool, error) {
-		stderr := capture.New(4 << 10)
-		// Nothing is written before the gate's first dot came through
-		// this attach: a write to a container not running yet meets a
-		// reset, which client-go logs. Then the gate's line, and the tar.
-		dot := &firstByte{seen: make(chan struct{})}
-		in := &afterFirst{r: io.MultiReader(strings.NewReader("\n"), bytes.NewReader(tarball)), first: dot.seen, ended: make(chan struct{})}
-		s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Install, Stdin: true, Stdout: true, Stderr: true},
-			remotecommand.StreamOptions{Stdin: in, Stdout: dot, Stderr: stderr})
-		if err != nil {
-			return false, err
-		}
-		go func() { <-s.done; close(in.ended) }()
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-			s.Close()
-			return false, fmt.Errorf("vm: kube: installing the agent: %w", ctx.Err())
-		}
-		if s.err != nil && !errors.Is(s.err, io.EOF) {
-			return true, fmt.Errorf("%w: kube: installing the agent: %w (tar said: %s)", driver.ErrEngine, s.err, bytes.TrimSpace([]byte(stderr.String())))
-		}
-		return false, nil
-	})
+	d.mu.Lock()
+	d.agents[id] = tarball
+	d.mu.Unlock()
+	return nil
 }
 
-// maxInstall bounds what CopyIn feeds Install: the agent's tar stream.
+// maxInstall bounds what CopyIn keeps for Attach: the agent's tar stream.
 const maxInstall = 64 << 20
 
 // Start is never needed: the agent's channel is its stdio, attached.
@@ -331,6 +309,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	held := d.held[id]
 	delete(d.held, id)
 	delete(d.pending, id)
+	delete(d.agents, id)
 	d.mu.Unlock()
 	if held != nil {
 		held.end(ctx, endWait)

@@ -97,7 +97,7 @@ func TestCreatePolicyRefused(t *testing.T) {
 	assert.Equal(t, int64(0), *del.GetDeleteOptions().GracePeriodSeconds)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	assert.Empty(t, d.pending, "CopyIn would feed Install of a deleted pod")
+	assert.Empty(t, d.pending, "CopyIn would keep an agent for a deleted pod")
 }
 
 // session is a held attach of the tests' own: it records, in order, its

@@ -28,10 +28,8 @@ const (
 	// Main is the sandbox's container: podvm's agent as PID 1, or, on the
 	// exec path, cat holding the pod open.
 	Main = "sandbox"
-	// Install is the init container that extracts the agent's tar stream,
-	// read from its stdin, into the agent's volume.
-	Install = "podvm-install"
-	// agentVolume holds the agent: written by Install, read-only in Main.
+	// agentVolume holds the agent: Main's PID 1 writes it there behind
+	// the gate (installGate), then runs it.
 	agentVolume = "podvm-agent"
 )
 
@@ -52,14 +50,27 @@ const (
 // (waited for) before the agent starts.
 const gate = `(while :; do printf .; sleep 0.05; done) & t=$!; read -r _; kill $t; wait $t 2>/dev/null; unset SHLVL PWD OLDPWD; exec "$0" "$@"`
 
-// installScript is what Install runs behind the gate, whose dots say the
-// container runs and the attach reaches it before CopyIn writes a byte
-// (as for Main): tar of the agent's stream, then, once tar succeeded, the
-// rest of stdin read to its end. The container exits only after the
-// caller closed its stdin, so no write of the caller's meets a stream
-// that ended under it (client-go logs each such write on the process's
-// stderr). tar's failure ends it at once, with tar's status and message.
-const installScript = `tar -x -f - -C / || exit; exec cat >/dev/null`
+// installGate is Main's PID 1 on the agent's path: the gate, whose line
+// is the size in bytes of the agent's tar stream, which follows it on
+// stdin (a multiple of 512, as every tar stream is). dd reads exactly
+// that many bytes into the agent's volume (iflag=fullblock: however the
+// attach cut them into reads; never a byte past them, which are the
+// agent's channel), tar extracts them beneath root, and the agent is
+// exec'd on the same stdin and stdout: its handshake is the next thing
+// on the stream. One container, installed and run on one attach, starts
+// a second sooner than an init container that extracted the agent
+// before it: the kubelet noticed the init container's exit only at its
+// next relist, a second apart. It needs dd (with iflag=fullblock:
+// coreutils', busybox's since 1.24) and tar in the image. A failure
+// exits, its reason on stderr: the container's termination message.
+func installGate(dir, root string) string {
+	return `(while :; do printf .; sleep 0.05; done) & t=$!; read -r n; kill $t; wait $t 2>/dev/null; ` +
+		`case $n in ''|*[!0-9]*) echo "podvm: installing the agent: no size on stdin" >&2; exit 1;; esac; ` +
+		`dd of='` + dir + `/agent.tar' bs=512 count=$((n / 512)) iflag=fullblock 2>/dev/null && ` +
+		`[ "$(wc -c <'` + dir + `/agent.tar')" -eq "$n" ] || { echo "podvm: installing the agent: stdin ended before its $n bytes, or dd is missing or lacks iflag=fullblock" >&2; exit 1; }; ` +
+		`tar -x -f '` + dir + `/agent.tar' -C '` + root + `' || exit; rm -f '` + dir + `/agent.tar'; ` +
+		`unset SHLVL PWD OLDPWD; exec "$0" "$@"`
+}
 
 // Options are what the driver adds to a Spec: where and how its pods run.
 type Options struct {
@@ -200,26 +211,12 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 		c.Command = []string{"/bin/sh", "-c", gate, "cat"}
 		return p, nil
 	}
-	// The agent's path: Install extracts it into a volume that Main sees
-	// read-only, and Main runs it as PID 1 behind the gate.
+	// The agent's path: Main's PID 1 reads the agent into a volume of
+	// its own behind the gate, and runs it (installGate).
 	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: agentVolume,
 		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir, ReadOnly: true})
-	c.Command = append([]string{"/bin/sh", "-c", gate, spec.Agent}, spec.AgentArgs...)
-	install := corev1.Container{
-		Name:            Install,
-		Image:           spec.Image,
-		ImagePullPolicy: pull,
-		Command:         []string{"/bin/sh", "-c", gate, "/bin/sh", "-c", installScript},
-		Stdin:           true,
-		StdinOnce:       true,
-		Resources:       res,
-		SecurityContext: sc.DeepCopy(),
-		VolumeMounts:    []corev1.VolumeMount{{Name: agentVolume, MountPath: agent.Dir}},
-	}
-	// tar writes the agent's volume alone, whatever the rootfs.
-	install.SecurityContext.ReadOnlyRootFilesystem = ptr(true)
-	p.Spec.InitContainers = []corev1.Container{install}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir})
+	c.Command = append([]string{"/bin/sh", "-c", installGate(agent.Dir, "/"), spec.Agent}, spec.AgentArgs...)
 	return p, nil
 }
 

@@ -39,8 +39,8 @@ func TestPodAlways(t *testing.T) {
 	assert.False(t, s.HostNetwork)
 	assert.Nil(t, s.RuntimeClassName)
 	require.Len(t, s.Containers, 1)
-	require.Len(t, s.InitContainers, 1)
-	for _, c := range append(s.InitContainers, s.Containers...) {
+	assert.Empty(t, s.InitContainers, "one container, installed on its attach")
+	for _, c := range s.Containers {
 		sc := c.SecurityContext
 		assert.False(t, *sc.AllowPrivilegeEscalation, c.Name)
 		assert.False(t, *sc.Privileged, c.Name)
@@ -53,24 +53,21 @@ func TestPodAlways(t *testing.T) {
 	assert.Equal(t, []corev1.Capability{"CHOWN", "KILL"}, s.Containers[0].SecurityContext.Capabilities.Add)
 }
 
-// The agent's way in: Install extracts its stdin into the volume that
-// Main mounts read-only at agent.Dir and runs, behind the gate.
+// The agent's way in: Main's PID 1 installs it from its stdin into a
+// volume at agent.Dir, behind the gate, and runs it.
 func TestPodAgent(t *testing.T) {
 	spec := baseSpec()
 	spec.AgentArgs = []string{"-x"}
 	p, err := pod(spec, baseOpts)
 	require.NoError(t, err)
-	in, main := p.Spec.InitContainers[0], p.Spec.Containers[0]
-	assert.Equal(t, Install, in.Name)
-	assert.Equal(t, []string{"/bin/sh", "-c", gate, "/bin/sh", "-c", installScript}, in.Command)
-	assert.Equal(t, []corev1.VolumeMount{{Name: agentVolume, MountPath: agent.Dir}}, in.VolumeMounts)
-	assert.True(t, *in.SecurityContext.ReadOnlyRootFilesystem)
-	assert.Equal(t, []string{"/bin/sh", "-c", gate, agent.Path, "-x"}, main.Command)
-	assert.Contains(t, main.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir, ReadOnly: true})
+	assert.Empty(t, p.Spec.InitContainers)
+	main := p.Spec.Containers[0]
+	assert.Equal(t, []string{"/bin/sh", "-c", installGate(agent.Dir, "/"), agent.Path, "-x"}, main.Command)
+	assert.Contains(t, main.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir})
 	assert.Nil(t, p.Spec.ShareProcessNamespace)
 }
 
-// The exec path: no Install; cat holds Main, pause is PID 1.
+// The exec path: no agent; cat holds Main, pause is PID 1.
 func TestPodExecPath(t *testing.T) {
 	spec := baseSpec()
 	spec.Agent = ""
@@ -306,6 +303,9 @@ func TestLacking(t *testing.T) {
 		{"back-off after, path", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Message: path}}}, true},
 		{"pulling", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "not found in $PATH"}}}, false},
+		{"the gate's dd, ash", corev1.ContainerStatus{Name: Main, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1,
+			Message: "sh: dd: not found\npodvm: installing the agent: stdin ended before its 3311616 bytes, or dd is missing or lacks iflag=fullblock\n"}}}, true},
+		{"the gate's tar, dash", corev1.ContainerStatus{Name: Main, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 127, Message: "sh: 1: tar: not found\n"}}}, true},
 		{"exited 1", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "tar: short read"}}}, false},
 		{"running", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}, false},
 	} {
@@ -315,8 +315,14 @@ func TestLacking(t *testing.T) {
 			continue
 		}
 		assert.ErrorIs(t, err, driver.ErrNotSupported, c.name)
-		p := &corev1.Pod{Status: corev1.PodStatus{InitContainerStatuses: []corev1.ContainerStatus{c.st}}}
+		p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{c.st}}}
 		p.Name = "p"
 		assert.ErrorIs(t, failure(p), driver.ErrNotSupported, c.name)
 	}
+	// The install's other failures are the engine's, named.
+	p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: Main, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1,
+		Message: "tar: write error: No space left on device\n"}}}}}}
+	err := failure(p)
+	assert.ErrorIs(t, err, driver.ErrEngine)
+	assert.ErrorContains(t, err, "installing the agent")
 }

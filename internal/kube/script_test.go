@@ -459,3 +459,89 @@ func TestDotless(t *testing.T) {
 		assert.Equal(t, "\x01.x.", string(got), "reads of %d", size)
 	}
 }
+
+// installGate reads the agent's tar stream from stdin to the byte,
+// however the stream comes cut, installs it and execs it on the rest of
+// stdin: with this machine's dd and tar, and with busybox's (as in a
+// busybox image), on every shell.
+func TestInstallGate(t *testing.T) {
+	t.Parallel()
+	agentScript := "#!/bin/sh\nprintf 'agent %s:' \"$1\"; exec cat\n"
+	tarball := testkit.Tar(t, testkit.Dir(".podvm/", 0o755), testkit.File(".podvm/podvm-agent", agentScript, 0o755))
+	require.Zero(t, len(tarball)%512)
+	for _, tools := range toolsets(t) {
+		for _, shell := range shells(t) {
+			t.Run(tools.name+"/"+shell[len(shell)-1], func(t *testing.T) {
+				t.Parallel()
+				root := t.TempDir()
+				dir := filepath.Join(root, ".podvm")
+				require.NoError(t, os.Mkdir(dir, 0o777))
+				run := func(stdin string) (string, string, error) {
+					cmd := osexec.Command(shell[0], append(shell[1:], "-c", installGate(dir, root), filepath.Join(dir, "podvm-agent"), "-x")...)
+					cmd.Env = append(os.Environ(), "PATH="+tools.path)
+					inR, inW := io.Pipe()
+					cmd.Stdin = inR
+					var out, errs testkit.LockedBuffer
+					cmd.Stdout, cmd.Stderr = &out, &errs
+					require.NoError(t, cmd.Start())
+					require.Eventually(t, func() bool { return strings.Contains(out.String(), ".") }, 10*time.Second, 5*time.Millisecond, "dots while it waits")
+					// In pieces of 100 bytes, a moment apart: reads of less
+					// than a block, as an attach delivers them.
+					go func() {
+						for b := []byte(stdin); len(b) > 0; {
+							n := min(100, len(b))
+							if _, err := inW.Write(b[:n]); err != nil {
+								return // it exited
+							}
+							b = b[n:]
+							time.Sleep(time.Millisecond / 4)
+						}
+						inW.Close()
+					}()
+					err := cmd.Wait()
+					inR.Close() // a write left unread fails
+					rest, rerr := io.ReadAll(&dotless{r: strings.NewReader(out.String())})
+					require.NoError(t, rerr)
+					return string(rest), errs.String(), err
+				}
+				got, stderr, err := run(fmt.Sprintf("%d\n", len(tarball)) + string(tarball) + "the channel\x00\xff")
+				require.NoError(t, err, stderr)
+				assert.Equal(t, "agent -x:the channel\x00\xff", got, "the agent gets stdin from the byte after the tar stream")
+				b, err := os.ReadFile(filepath.Join(dir, "podvm-agent"))
+				require.NoError(t, err)
+				assert.Equal(t, agentScript, string(b))
+				_, err = os.Stat(filepath.Join(dir, "agent.tar"))
+				assert.ErrorIs(t, err, os.ErrNotExist, "the tar stream is removed once extracted")
+
+				// A line that is no size, and a stream that ends short:
+				// it exits, saying why, and runs nothing.
+				for _, c := range []struct{ stdin, says string }{
+					{"\n", "no size on stdin"},
+					{"12x\n", "no size on stdin"},
+					{fmt.Sprintf("%d\n", len(tarball)) + string(tarball[:len(tarball)-700]), "stdin ended before its"},
+				} {
+					got, stderr, err := run(c.stdin)
+					assert.Error(t, err)
+					assert.Contains(t, stderr, "podvm: installing the agent: "+c.says)
+					assert.Empty(t, got)
+				}
+			})
+		}
+	}
+}
+
+// toolsets are the dd and tar that installGate can meet: this machine's,
+// and busybox's where busybox is here, each as a PATH.
+func toolsets(t *testing.T) []struct{ name, path string } {
+	sets := []struct{ name, path string }{{"host", os.Getenv("PATH")}}
+	bb, err := osexec.LookPath("busybox")
+	if err != nil {
+		t.Log("no busybox here: installGate is tried with this machine's dd and tar alone")
+		return sets
+	}
+	bin := t.TempDir()
+	for _, tool := range []string{"dd", "tar", "wc", "rm", "sleep", "cat", "printf"} {
+		require.NoError(t, os.Symlink(bb, filepath.Join(bin, tool)))
+	}
+	return append(sets, struct{ name, path string }{"busybox", bin + ":" + os.Getenv("PATH")})
+}

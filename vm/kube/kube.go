@@ -7,15 +7,16 @@
 // The cluster is found as kubectl finds it: $KUBECONFIG, else
 // ~/.kube/config, else the in-cluster service account; the namespace is
 // the context's unless [WithNamespace] names one. No registry is needed
-// for podvm itself: the agent reaches the pod through an init container
-// of the sandbox's own image (which must have /bin/sh, sleep and tar, and cat
-// for the exec path; busybox will do, and Create fails with
-// [vm.ErrNotSupported] naming what an image lacks), attached to and fed
-// the agent's tar stream.
+// for podvm itself: the agent reaches the pod through the attach of the
+// sandbox's one container, whose PID 1, a shell of the sandbox's own
+// image (which must have /bin/sh, sleep, dd and tar, and cat for the
+// exec path; busybox will do, and Create fails with [vm.ErrNotSupported]
+// naming what an image lacks), reads the agent's tar stream to the byte,
+// extracts it into a volume of its own and runs it.
 //
 // # What a Config becomes
 //
-//   - Image: both containers' image; Pull: imagePullPolicy (PullMissing
+//   - Image: the container's image; Pull: imagePullPolicy (PullMissing
 //     IfNotPresent, PullNever Never, PullAlways Always). ImageArchive is
 //     refused: an archive cannot reach the nodes through the API server.
 //   - Memory, CPUs: the containers' limits (requests default to them).
