@@ -17,6 +17,13 @@ import (
 	"github.com/podvm/podvm/internal/targuard"
 )
 
+// agentSelf is what a file call runs: the agent's own binary, as the
+// agent's process holds it (its command's /proc/self/exe, the shim's,
+// which is the agent's), never the file at agent.Path, which code in the
+// sandbox could replace where the agent's directory is writable (a kube
+// pod's, whose PID 1 installs the agent there).
+const agentSelf = "/proc/self/exe"
+
 // This file is the file calls and the copies of a sandbox whose agent is
 // there: the agent binary, run in the sandbox as `podvm-agent -fs OP`,
 // reads, writes, lists and archives the files itself, the data on its
@@ -42,7 +49,7 @@ func (s *sandbox) fileOp(ctx context.Context, op, p string, stdin io.Reader, std
 		return ErrNotSupported
 	}
 	stderr := capture.New(4 << 10) // one line, from the agent
-	req := agent.Request{Argv: append([]string{agent.Path, "-fs"}, args...), Dir: "/"}
+	req := agent.Request{Argv: append([]string{agentSelf, "-fs"}, args...), Dir: "/"}
 	// A stdout that fails (the guard refused an entry, the caller's
 	// writer broke, a reply over its bound) ends the operation at once.
 	ctx, cancel := context.WithCancel(ctx)

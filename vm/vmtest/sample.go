@@ -75,7 +75,7 @@ var transport = []string{
 	"snapshot/lifecycle", "snapshot/run-in-flight",
 	"process/held", "process/kill", "process/container-gone",
 	"service/dial", "service/forward", "service/unix", "service/container-gone",
-	"channel/cut", "terminal/shell", "live/refused", "agent/hostile-root",
+	"channel/cut", "terminal/shell", "live/refused", "agent/hostile-root", "agent/replaced-file",
 }
 
 // RunSample is [Run] on the cases of the suite's sample name (see

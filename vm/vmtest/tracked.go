@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,32 @@ echo still-here`))
 				after, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"alive"}})
 				want(t, after, err, "alive\n", "", 0)
 				return []observation{outcome("pid 1", "the agent")}
+			}},
+		testCase{Name: "agent/replaced-file", Agent: true, Promise: "code in the sandbox that puts a program of its own in the agent's file (where the agent's directory is writable: a kube pod's) changes nothing the file calls do: they run the agent the sandbox started with",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				// Where the directory is the caller's read-only mount
+				// (Podman), the replacement fails, and the promise holds
+				// as plainly.
+				res, err := v.Run(ctx, sh(`printf '#!/bin/sh\necho ran >/tmp/impostor-ran\nexit 3\n' >/tmp/impostor && chmod 755 /tmp/impostor
+{ mv -f /tmp/impostor /.podvm/podvm-agent || cat /tmp/impostor >/.podvm/podvm-agent; } 2>/dev/null && echo replaced; true`))
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				t.Logf("the agent's file: %q", strings.TrimSpace(res.Stdout))
+				err = vm.WriteFile(ctx, v, "/tmp/f", []byte("data"), 0o644)
+				obs := []observation{observe("write", nil, err)}
+				got, err := vm.ReadFile(ctx, v, "/tmp/f", 100)
+				obs = append(obs, observeFile("read", string(got), err))
+				if err != nil || string(got) != "data" {
+					t.Errorf("ReadFile after WriteFile: %q, %v; want \"data\"", got, err)
+				}
+				list, err := vm.ReadDir(ctx, v, "/tmp")
+				if err != nil || !slices.ContainsFunc(list, func(f vm.FileInfo) bool { return f.Name == "f" }) {
+					t.Errorf("ReadDir /tmp: %v, %v; want f in it", list, err)
+				}
+				res, err, o := run(ctx, v, "impostor", sh(`cat /tmp/impostor-ran 2>/dev/null || echo never`))
+				want(t, res, err, "never\n", "", 0)
+				return append(obs, o)
 			}},
 	)
 }
