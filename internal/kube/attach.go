@@ -123,9 +123,9 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 			_, _ = inW.Write([]byte("\n"))
 			return
 		}
-		if _, err := fmt.Fprintf(inW, "%d\n", len(tarball)); err == nil {
-			_, _ = inW.Write(tarball)
-		}
+		// One Write, the line and the stream: nothing of the caller's
+		// can come between them.
+		_, _ = inW.Write(append([]byte(fmt.Sprintf("%d\n", len(tarball))), tarball...))
 	}()
 	select {
 	case <-first.seen:
@@ -135,7 +135,8 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		d.held[id] = s
 		delete(d.agents, id) // written on this attach, or it ends
 		d.mu.Unlock()
-		return &attached{s: s, in: inW, out: &dotless{r: outR}}, nil
+		out := &dotless{r: outR, early: func(err error) error { return d.diagnose(id, err) }}
+		return &attached{s: s, in: inW, out: out}, nil
 	case <-s.done:
 		s.Close() // the gate's writer is blocked on the pipe
 		if s.err == nil {
@@ -156,15 +157,22 @@ type attached struct {
 	out io.Reader
 }
 
-// dotless reads r but for the dots it starts with (the gate's).
+// dotless reads r but for the dots it starts with (the gate's). When r
+// ends or fails before a byte that is not a dot, early, when set, says
+// why: the pod's account of it (the agent's install failed, the
+// container exited) rather than a bare EOF.
 type dotless struct {
-	r    io.Reader
-	past bool // the first byte that is not a dot has been read
+	r     io.Reader
+	past  bool // the first byte that is not a dot has been read
+	early func(error) error
 }
 
 func (d *dotless) Read(p []byte) (int, error) {
 	for {
 		n, err := d.r.Read(p)
+		if !d.past && n == 0 && err != nil && d.early != nil {
+			err, d.early = d.early(err), nil
+		}
 		if d.past || n == 0 {
 			return n, err
 		}

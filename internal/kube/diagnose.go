@@ -43,6 +43,33 @@ func (d *Driver) retry(ctx context.Context, id, what string, attempt func() (aga
 	}
 }
 
+// diagnose returns why pod id's container ended before the agent's
+// handshake, as its status says once the kubelet has reported it
+// (diagnoseWait at most), or err, what the stream said, when it says
+// nothing.
+func (d *Driver) diagnose(id string, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), diagnoseWait)
+	defer cancel()
+	for {
+		p, gerr := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
+		if gerr == nil {
+			if f := failure(p); f != nil {
+				return fmt.Errorf("%w (the agent's stream: %v)", f, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// diagnoseWait bounds [Driver.diagnose]'s wait for the kubelet's report
+// (it reports a container's exit at its next relist, a second apart). A
+// variable for the tests.
+var diagnoseWait = 10 * time.Second
+
 // status returns the status of container name, or nil.
 func status(list []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
 	for i := range list {
@@ -118,13 +145,13 @@ func missingProgram(podName string, st corev1.ContainerStatus) error {
 	// "sh: 1: dd: not found" (dash), "dd: command not found" (bash).
 	i := slices.IndexFunc(msgs, func(msg string) bool {
 		return strings.Contains(msg, "not found in $PATH") || strings.Contains(msg, "exec") && strings.Contains(msg, "no such file or directory") ||
-			strings.Contains(msg, ": not found") || strings.Contains(msg, "command not found")
+			strings.Contains(msg, ": not found") || strings.Contains(msg, "command not found") || strings.Contains(msg, "podvm: the image lacks")
 	})
 	if i < 0 {
 		return nil
 	}
 	msg := msgs[i]
-	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, sleep, dd, tar and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
+	return fmt.Errorf("%w: kube: pod %s: container %s: the image lacks a program podvm's pods run (/bin/sh, sleep, dd, tar, wc, rm and cat): %s", driver.ErrNotSupported, podName, st.Name, msg)
 }
 
 // describe says where pod p is, for an error after a wait timed out.

@@ -47,11 +47,15 @@
 package kube
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -261,15 +265,46 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 		return fmt.Errorf("vm: kube: installing the agent: %w", err)
 	case len(tarball) > maxInstall:
 		return fmt.Errorf("%w: kube: installing the agent: over %d bytes", driver.ErrInvalidConfig, maxInstall)
-	case len(tarball)%512 != 0:
-		// A tar stream is whole 512-byte blocks, which the gate's dd
-		// reads; zeros after its end are nothing to tar.
-		tarball = append(tarball, make([]byte, 512-len(tarball)%512)...)
+	}
+	if tarball, err = withoutDir(tarball, strings.TrimPrefix(agent.Dir, "/")); err != nil {
+		return fmt.Errorf("%w: kube: installing the agent: %w", driver.ErrInvalidConfig, err)
 	}
 	d.mu.Lock()
 	d.agents[id] = tarball
 	d.mu.Unlock()
 	return nil
+}
+
+// withoutDir returns the tar stream b without the entry of directory dir
+// (named relative to the stream's root), in whole 512-byte blocks, as
+// the gate's dd reads it. dir is the agent's volume, there already, root's
+// and writable by all: as the sandbox's user, GNU tar fails to set its
+// mode and times from the entry.
+func withoutDir(b []byte, dir string) ([]byte, error) {
+	var out bytes.Buffer
+	tr, tw := tar.NewReader(bytes.NewReader(b)), tar.NewWriter(&out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Typeflag == tar.TypeDir && path.Clean(h.Name) == dir {
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // maxInstall bounds what CopyIn keeps for Attach: the agent's tar stream.
@@ -358,6 +393,8 @@ func (d *Driver) Close() {
 	d.mu.Lock()
 	held := d.held
 	d.held = map[string]*stream{}
+	clear(d.pending)
+	clear(d.agents)
 	d.mu.Unlock()
 	for _, s := range held {
 		s.Close()

@@ -1,9 +1,11 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // fakeDriver is a driver on client-go's fake clientset, whose pod
@@ -280,4 +283,80 @@ func TestStdinHoldFollowsTheUpgrade(t *testing.T) {
 	assert.Equal(t, stdinHold, hold(5*time.Millisecond), "a quiet machine")
 	assert.Equal(t, 300*time.Millisecond, hold(100*time.Millisecond), "a busy one")
 	assert.Equal(t, maxStdinHold, hold(time.Minute), "bounded")
+}
+
+// CopyIn of the agent before Attach keeps its tar stream, in whole
+// blocks, and makes no request; Remove and Close forget it.
+func TestCopyInKeepsTheAgent(t *testing.T) {
+	d, cs := fakeDriver(t)
+	ctx := context.Background()
+	id, err := d.Create(ctx, baseSpec())
+	require.NoError(t, err)
+	stream := testkit.Tar(t, testkit.Dir(".podvm/", 0o755), testkit.File(".podvm/podvm-agent", "agent", 0o755))
+	require.NoError(t, d.CopyIn(ctx, id, "/", bytes.NewReader(stream)))
+	assert.Equal(t, []string{"create pods"}, verbs(cs), "no request but the pod's")
+	d.mu.Lock()
+	kept := d.agents[id]
+	d.mu.Unlock()
+	assert.Zero(t, len(kept)%512, "whole 512-byte blocks")
+	entries, err := testkit.Untar(kept)
+	require.NoError(t, err)
+	assert.Equal(t, []string{".podvm/podvm-agent"}, testkit.Names(entries), "the volume's own entry dropped, the agent kept")
+
+	require.NoError(t, d.Remove(ctx, id))
+	d.mu.Lock()
+	assert.Empty(t, d.agents, "Remove forgets the agent")
+	d.mu.Unlock()
+
+	id, err = d.Create(ctx, baseSpec())
+	require.NoError(t, err)
+	require.NoError(t, d.CopyIn(ctx, id, "/", bytes.NewReader(stream)))
+	d.Close()
+	d.mu.Lock()
+	assert.Empty(t, d.agents, "Close forgets the agents of pods not removed")
+	d.mu.Unlock()
+
+	// Over the bound, or no tar stream: refused.
+	for _, r := range []io.Reader{io.LimitReader(zeros{}, maxInstall+1), strings.NewReader("not a tar stream, but long enough to fill a header block? no")} {
+		id, err = d.Create(ctx, baseSpec())
+		require.NoError(t, err)
+		assert.ErrorIs(t, d.CopyIn(ctx, id, "/", r), driver.ErrInvalidConfig)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// A stream that ends before the agent's handshake says why, as the
+// pod's status does once the kubelet reports it; with nothing to say
+// there, what the stream said.
+func TestDiagnose(t *testing.T) {
+	defer func(w time.Duration) { diagnoseWait = w }(diagnoseWait)
+	diagnoseWait = time.Second
+	lacking := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "lacking", Namespace: "ns"}, Status: corev1.PodStatus{
+		ContainerStatuses: []corev1.ContainerStatus{{Name: Main, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 127, Message: "podvm: the image lacks dd, which installing the agent needs\n"}}}}}}
+	running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "running", Namespace: "ns"}, Status: corev1.PodStatus{
+		ContainerStatuses: []corev1.ContainerStatus{{Name: Main, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+	d := New(&Client{CS: fake.NewClientset(lacking, running), REST: &rest.Config{Host: "https://x"}}, Options{Namespace: "ns"})
+
+	r := &dotless{r: strings.NewReader("..."), early: func(err error) error { return d.diagnose("lacking", err) }}
+	_, err := io.ReadAll(r)
+	assert.ErrorIs(t, err, driver.ErrNotSupported)
+	assert.ErrorContains(t, err, "lacks dd")
+
+	start := time.Now()
+	r = &dotless{r: strings.NewReader(".."), early: func(err error) error { return d.diagnose("running", err) }}
+	_, err = r.Read(make([]byte, 8))
+	assert.Equal(t, io.EOF, err, "nothing to say but the stream's end")
+	assert.Less(t, time.Since(start), 5*time.Second)
+
+	// After the handshake's first byte, an end is the stream's own.
+	called := false
+	r = &dotless{r: strings.NewReader("..hello"), early: func(err error) error { called = true; return err }}
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(got))
+	assert.False(t, called)
 }

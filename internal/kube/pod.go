@@ -31,46 +31,55 @@ const (
 	// agentVolume holds the agent: Main's PID 1 writes it there behind
 	// the gate (installGate), then runs it.
 	agentVolume = "podvm-agent"
+	// agentVolumeSize bounds the agent's volume: its tar stream and what
+	// it holds, each at most maxInstall.
+	agentVolumeSize = 2 * maxInstall
 )
 
-// gate is what PID 1 of Main runs before the agent (on the exec path,
-// before cat): it writes a dot on stdout every 50 ms until it reads one
-// line on stdin, which [Driver.Attach] (the exec path's lifeline) writes
-// once a dot has come through its attach; the
-// dots are dropped before the agent's handshake. The agent speaks first,
-// and Kubernetes can only attach to a container that runs: without the
-// gate its handshake would be written before anyone listens, and lost.
-// And an attach made while the container is not running yet is upgraded
-// and then reset: a write of its stdin meeting the reset is logged by
-// client-go on the process's stderr, so Attach writes nothing until a
-// dot proves the attach reaches the running gate. It needs /bin/sh and
-// sleep in the image (as the install container needs tar), and takes out
-// the variables sh itself exports (SHLVL, PWD): the agent's environment,
-// every command's base, is the container's. The dots' writer is dead
-// (waited for) before the agent starts.
+// gate is what PID 1 of Main runs on the exec path before cat: it
+// writes a dot on stdout every 50 ms until it reads one line on stdin,
+// which the driver's lifeline writes once a dot has come through its
+// attach. Kubernetes can only attach to a container that runs, and an
+// attach made while the container is not running yet is upgraded and
+// then reset: a write of its stdin meeting the reset is logged by
+// client-go on the process's stderr, so nothing is written until a dot
+// proves the attach reaches the running gate. It needs /bin/sh and sleep
+// in the image, and takes out the variables sh itself exports (SHLVL,
+// PWD): every command's base environment is the container's. The dots'
+// writer is dead (waited for) before cat starts. The agent's path runs
+// the same gate in front of the agent's install (installGate).
 const gate = `(while :; do printf .; sleep 0.05; done) & t=$!; read -r _; kill $t; wait $t 2>/dev/null; unset SHLVL PWD OLDPWD; exec "$0" "$@"`
 
 // installGate is Main's PID 1 on the agent's path: the gate, whose line
 // is the size in bytes of the agent's tar stream, which follows it on
-// stdin (a multiple of 512, as every tar stream is). dd reads exactly
-// that many bytes into the agent's volume (iflag=fullblock: however the
-// attach cut them into reads; never a byte past them, which are the
-// agent's channel), tar extracts them beneath root, and the agent is
-// exec'd on the same stdin and stdout: its handshake is the next thing
-// on the stream. One container, installed and run on one attach, starts
-// a second sooner than an init container that extracted the agent
-// before it: the kubelet noticed the init container's exit only at its
-// next relist, a second apart. It needs dd (with iflag=fullblock:
-// coreutils', busybox's since 1.24) and tar in the image. A failure
-// exits, its reason on stderr: the container's termination message.
+// stdin (whole 512-byte blocks, as every tar stream is). dd reads
+// exactly that many bytes into the agent's volume, dir (iflag=fullblock:
+// however the attach cut them into reads; never a byte past them, which
+// are the agent's channel), tar extracts them beneath root, and the
+// agent is exec'd on the same stdin and stdout: its handshake is the
+// next thing on the stream, the dots dropped before it. The agent speaks
+// first: without the gate its handshake would be written before anyone
+// listens, and lost. One container, installed and run on one attach,
+// starts sooner than an init container that extracted the agent before
+// it: the kubelet noticed the init container's exit only at its next
+// relist, a second apart. It needs dd (with iflag=fullblock: coreutils',
+// busybox's since 1.24), tar, wc and rm in the image, besides sh and
+// sleep. A failure exits, its reason on stderr (the container's
+// termination message): a missing program says "podvm: the image lacks".
 func installGate(dir, root string) string {
+	tarball, root := shellQuote(dir+"/agent.tar"), shellQuote(root)
 	return `(while :; do printf .; sleep 0.05; done) & t=$!; read -r n; kill $t; wait $t 2>/dev/null; ` +
-		`case $n in ''|*[!0-9]*) echo "podvm: installing the agent: no size on stdin" >&2; exit 1;; esac; ` +
-		`dd of='` + dir + `/agent.tar' bs=512 count=$((n / 512)) iflag=fullblock 2>/dev/null && ` +
-		`[ "$(wc -c <'` + dir + `/agent.tar')" -eq "$n" ] || { echo "podvm: installing the agent: stdin ended before its $n bytes, or dd is missing or lacks iflag=fullblock" >&2; exit 1; }; ` +
-		`tar -x -f '` + dir + `/agent.tar' -C '` + root + `' || exit; rm -f '` + dir + `/agent.tar'; ` +
+		`for p in dd tar wc rm; do command -v $p >/dev/null 2>&1 || { echo "podvm: the image lacks $p, which installing the agent needs" >&2; exit 127; }; done; ` +
+		`case $n in ''|*[!0-9]*|0*) echo "podvm: installing the agent: no size on stdin" >&2; exit 1;; esac; ` +
+		`[ $((n % 512)) -eq 0 ] || { echo "podvm: installing the agent: a size of $n bytes is not whole tar blocks" >&2; exit 1; }; ` +
+		`dd of=` + tarball + ` bs=512 count=$((n / 512)) iflag=fullblock 2>/dev/null && ` +
+		`[ "$(wc -c <` + tarball + `)" -eq "$n" ] || { echo "podvm: installing the agent: stdin ended before its $n bytes (or dd lacks iflag=fullblock)" >&2; exit 1; }; ` +
+		`tar -x -f ` + tarball + ` -C ` + root + ` || exit; rm -f ` + tarball + `; ` +
 		`unset SHLVL PWD OLDPWD; exec "$0" "$@"`
 }
+
+// shellQuote quotes s for sh, whatever it holds.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Options are what the driver adds to a Spec: where and how its pods run.
 type Options struct {
@@ -213,8 +222,10 @@ func pod(spec driver.Spec, o Options) (*corev1.Pod, error) {
 	}
 	// The agent's path: Main's PID 1 reads the agent into a volume of
 	// its own behind the gate, and runs it (installGate).
+	// Bounded: it is writable by the sandbox's user, whatever
+	// ReadOnlyRootfs says, and on the node's disk.
 	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: agentVolume,
-		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(agentVolumeSize, resource.BinarySI)}}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: agentVolume, MountPath: agent.Dir})
 	c.Command = append([]string{"/bin/sh", "-c", installGate(agent.Dir, "/"), spec.Agent}, spec.AgentArgs...)
 	return p, nil

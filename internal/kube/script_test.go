@@ -22,6 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/tools/remotecommand"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/podvm/podvm/internal/driver"
 	"github.com/podvm/podvm/internal/testkit"
 )
 
@@ -518,6 +521,8 @@ func TestInstallGate(t *testing.T) {
 				for _, c := range []struct{ stdin, says string }{
 					{"\n", "no size on stdin"},
 					{"12x\n", "no size on stdin"},
+					{"0512\n", "no size on stdin"},
+					{"700\n" + string(tarball[:700]), "a size of 700 bytes is not whole tar blocks"},
 					{fmt.Sprintf("%d\n", len(tarball)) + string(tarball[:len(tarball)-700]), "stdin ended before its"},
 				} {
 					got, stderr, err := run(c.stdin)
@@ -525,6 +530,45 @@ func TestInstallGate(t *testing.T) {
 					assert.Contains(t, stderr, "podvm: installing the agent: "+c.says)
 					assert.Empty(t, got)
 				}
+			})
+		}
+	}
+}
+
+// An image without dd (or tar): installGate says which it lacks, in
+// the words missingProgram looks for, and runs nothing. (busybox sh may
+// run its own applets whatever PATH says: dash and bash.)
+func TestInstallGateLacking(t *testing.T) {
+	t.Parallel()
+	for _, sh := range []string{"dash", "bash"} {
+		shell, err := osexec.LookPath(sh)
+		if err != nil {
+			continue
+		}
+		for _, lacking := range []string{"dd", "tar"} {
+			t.Run(sh+"/"+lacking, func(t *testing.T) {
+				t.Parallel()
+				bin := t.TempDir()
+				for _, tool := range []string{"dd", "tar", "wc", "rm", "sleep", "cat", "printf", "kill"} {
+					if tool == lacking {
+						continue
+					}
+					if p, err := osexec.LookPath(tool); err == nil {
+						require.NoError(t, os.Symlink(p, filepath.Join(bin, tool)))
+					}
+				}
+				dir := t.TempDir()
+				cmd := osexec.Command(shell, "-c", installGate(dir, dir), "/bin/echo", "agent")
+				cmd.Env = []string{"PATH=" + bin}
+				cmd.Stdin = strings.NewReader("512\n" + strings.Repeat("\x00", 512))
+				var out, errs testkit.LockedBuffer
+				cmd.Stdout, cmd.Stderr = &out, &errs
+				err := cmd.Run()
+				assert.Error(t, err)
+				assert.Contains(t, errs.String(), "podvm: the image lacks "+lacking)
+				assert.NotContains(t, out.String(), "agent")
+				st := corev1.ContainerStatus{Name: Main, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 127, Message: errs.String()}}}
+				assert.ErrorIs(t, missingProgram("p", st), driver.ErrNotSupported)
 			})
 		}
 	}

@@ -19,7 +19,7 @@
 //   - Image: the container's image; Pull: imagePullPolicy (PullMissing
 //     IfNotPresent, PullNever Never, PullAlways Always). ImageArchive is
 //     refused: an archive cannot reach the nodes through the API server.
-//   - Memory, CPUs: the containers' limits (requests default to them).
+//   - Memory, CPUs: the container's limits (requests default to them).
 //   - Pids: refused when set: Kubernetes limits processes per node
 //     (kubelet's podPidsLimit), not per pod. Zero, podvm's default of
 //     [vm.DefaultPids], is then the node's limit, whatever it is, and so
@@ -28,7 +28,10 @@
 //     lands on, not of the caller. Use CopyIn.
 //   - User: runAsUser and runAsGroup; numeric only ("uid" or "uid:gid").
 //   - ReadOnlyRootfs: readOnlyRootFilesystem, with memory-backed emptyDirs
-//     on /tmp, /var/tmp and /run, as Podman's --read-only.
+//     on /tmp, /var/tmp and /run, as Podman's --read-only. The agent's
+//     directory, /.podvm, is an emptyDir of 128 MiB at most, writable
+//     whatever ReadOnlyRootfs says: the container's PID 1 installs the
+//     agent there.
 //   - Network: "none" (the default) is the pod network behind a deny-all
 //     NetworkPolicy (no egress; no ingress but TCP port 7337, where the
 //     agent admits the caller alone, unless [WithAttachOnly]), which only
