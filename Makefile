@@ -32,13 +32,17 @@ demo: ## compile and run a Go program in a sandbox, through both backends side b
 # 12 min under a cold machine's load) takes; a hung case is caught sooner,
 # by its own watchdog (vm/vmtest). -p 1: one package at a time. vm and
 # vm/kube side by side drove two cores to a load of 20-32, where a kill's
-# podman exec outran its grace and cases their deadlines.
+# podman exec outran its grace and cases their deadlines. vm's parity
+# records APIVM's observations (.podvm/parity.rec, made afresh each run)
+# and vm/kube's compares the kube backend with them, instead of running
+# every case on Podman again (vmtest.RecordEnv).
 test: lint check-generate ## every test: unit and integration against a real Podman and a real Kubernetes, then a leak check
 	@$(WITH_PODMAN); $(WITH_KUBE); \
 	$(GO) run ./internal/testreap || exit 1; \
 	mkdir -p .podvm && CGO_ENABLED=0 $(GO) build -buildvcs=false -o .podvm/unixecho ./vm/vmtest/testdata/unixecho || exit 1; \
 	export PODVM_UNIXECHO=$$PWD/.podvm/unixecho; \
-	$(GO) test -race -count=1 -p 1 -timeout 30m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
+	rm -f .podvm/parity.rec; \
+	PODVM_PARITY_RECORD=$$PWD/.podvm/parity.rec $(GO) test -race -count=1 -p 1 -timeout 30m -v ./... >.podvm-test.log 2>&1; rc=$$?; \
 	grep -vE '^ *(=== (RUN|PAUSE|CONT|NAME)|--- (PASS|SKIP)|PASS$$)' .podvm-test.log; \
 	scripts/conformance-table.sh .podvm-test.log || rc=1; \
 	if command -v podman >/dev/null; then scripts/check-leaks.sh || rc=1; fi; exit $$rc

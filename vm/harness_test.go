@@ -55,11 +55,17 @@ var sandbox = podmanharness.Sandbox
 // and way, no more (a TestConformance per backend beside it ran every
 // case twice). For one backend alone: -run 'TestParity///api$' (cli,
 // api-exec, cli-exec).
+//
+// With vmtest.RecordEnv set, the api and api-exec backends' observations
+// are recorded for vm/kube's parity, which compares with them instead
+// of running every case on Podman again (make test does this).
 func TestParity(t *testing.T) {
 	env := podmantest.Need(t)
 	backends := map[string]vmtest.Harness{"cli": cliHarness(env, false), "api": apiHarness(env, false)}
 	if os.Getenv("PODVM_PARITY_PATHS") != "agent" {
 		backends["cli-exec"], backends["api-exec"] = cliHarness(env, true), apiHarness(env, true)
 	}
-	vmtest.RunParity(t, backends)
+	// APIVM's observations are lent to vm/kube's parity through
+	// vmtest.RecordEnv (make test sets it): the same keys there.
+	vmtest.RunParity(t, backends, vmtest.Recorded("api", "podman-api-agent"), vmtest.Recorded("api-exec", "podman-api-exec"))
 }

@@ -14,14 +14,18 @@ import (
 // cluster and a Podman service. With TestParityExec, it is the
 // conformance suite on Kubernetes, through the agent and through exec
 // sessions: -run 'TestParity///kube$' runs the kube backend alone.
+//
+// APIVM's side of a case is taken from vm's parity when vmtest.RecordEnv
+// names its record (make test runs vm's tests first, on the same service
+// and code): then a case runs on Podman only where the record lacks it.
 func TestParity(t *testing.T) {
 	e := need(t)
-	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), false), "kube": harness{e: e}})
+	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), false), "kube": harness{e: e}}, vmtest.Recorded("api", "podman-api-agent"))
 }
 
 func TestParityExec(t *testing.T) {
 	e := need(t)
-	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), true), "kube": execParity{harness{e: e, exec: true}}})
+	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), true), "kube": execParity{harness{e: e, exec: true}}}, vmtest.Recorded("api", "podman-api-exec"))
 }
 
 // execParity is the exec path's harness, with the one case whose result

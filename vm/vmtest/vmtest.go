@@ -252,8 +252,20 @@ func remove(v vm.VM) error {
 // RunParity runs each case on every backend and requires the observations
 // to be identical, field by field (Duration excepted): those of backends
 // that run commands the same way ([Harness.Tracked]), and, for a case
-// whose promise holds on every path, those of all backends.
-func RunParity(t *testing.T, backends map[string]Harness) {
+// whose promise holds on every path, those of all backends. A backend
+// named by a [Recorded] option lends its observations to a later run, or
+// takes them from an earlier one (see [RecordEnv]).
+func RunParity(t *testing.T, backends map[string]Harness, opts ...ParityOption) {
+	o := parityOptions{keys: map[string]string{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	for name := range o.keys {
+		if backends[name] == nil {
+			t.Fatalf("vmtest: Recorded names %q, not a backend of this run", name)
+		}
+	}
+	rec := openRecorder(t)
 	var names []string
 	for name := range backends {
 		names = append(names, name)
@@ -300,7 +312,7 @@ func RunParity(t *testing.T, backends map[string]Harness) {
 					// Each backend in its own subtest, so that its failures
 					// and skips stay its own; the case is built for it.
 					t.Run(name, func(t *testing.T) {
-						obs := runCase(t, of[name][i], h, sh[name])
+						obs := observeRecorded(t, rec, o.keys[name], of[name][i], h, sh[name])
 						mu.Lock()
 						seen[name] = obs
 						mu.Unlock()
