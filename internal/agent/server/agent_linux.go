@@ -667,7 +667,9 @@ func (r *run) connect(m wire.DialMsg) wire.ExitMsg {
 	_ = r.s.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{}.Encode()})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go r.pumpOut(c.(deadlineReader), wire.Stdout, wire.StreamStdout, &wg)
+	if out := r.s.spliceTarget(); out == nil || !r.pumpSplice(c.(syscall.Conn), out, &wg) {
+		go r.pumpOut(c.(deadlineReader), wire.Stdout, wire.StreamStdout, &wg)
+	}
 	stdinDone := make(chan struct{})
 	go func() { r.pumpStdin(halfCloser{c}); close(stdinDone) }()
 	wg.Wait() // the sandbox's side closed, or a Kill closed the connection

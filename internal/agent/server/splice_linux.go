@@ -1,0 +1,148 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podvm/podvm/internal/agent/wire"
+)
+
+// A Dial's bytes from the sandbox's side go to the channel without
+// passing through the agent's memory: splice(2) moves them from the
+// connection into a pipe of the agent's (the kernel's pages, not a
+// copy), and from there into the channel behind their frame's header.
+// Where read and write they cost two copies more (into the agent's
+// buffer, into the frame's), which is a forward's bytes per second
+// against a Run's stdout. It takes a channel that is a unix socket (the
+// host's, local Podman) and a connection with a file descriptor; the
+// others (the stdio stream, a peer's secured stream) take pumpOut.
+
+// spliceTarget returns the channel's socket, if the session writes to
+// one that splice can fill.
+func (s *session) spliceTarget() syscall.RawConn {
+	uc, ok := s.out.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// pumpSplice is pumpOut of a Dial's connection c, spliced into the
+// channel out: it returns false, having sent nothing, when it cannot
+// (the caller pumps with reads instead).
+func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup) bool {
+	src, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return false
+	}
+	// A chunk's worth of pages: what the socket moves in at once goes
+	// out as one frame.
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, wire.ChunkSize); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return false
+	}
+	go func() {
+		defer wg.Done()
+		defer unix.Close(p[0])
+		defer unix.Close(p[1])
+		defer c.(interface{ Close() error }).Close()
+		for {
+			r.mu.Lock()
+			for r.window[wire.StreamStdout] <= 0 && !r.killed {
+				r.cond.Wait()
+			}
+			n := int(min(int64(wire.ChunkSize), r.window[wire.StreamStdout]))
+			killed := r.killed
+			r.mu.Unlock()
+			if killed {
+				return // Kill closed the connection: nothing more goes out
+			}
+			k, err := spliceIn(src, p[1], n)
+			if k == 0 || err != nil {
+				return // the sandbox's side closed, or failed
+			}
+			r.mu.Lock()
+			send := !r.killed
+			if send {
+				r.window[wire.StreamStdout] -= int64(k)
+			}
+			r.mu.Unlock()
+			if !send || r.s.sendSpliced(wire.Stdout, r.id, p[0], k, out) != nil {
+				return
+			}
+		}
+	}()
+	return true
+}
+
+// spliceIn moves up to n bytes from the socket src into the pipe w,
+// waiting for some to come: 0 and no error at the socket's end.
+func spliceIn(src syscall.RawConn, w, n int) (int, error) {
+	var k int64
+	var serr error
+	err := src.Read(func(fd uintptr) bool {
+		k, serr = unix.Splice(int(fd), nil, w, nil, n, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
+		return !errors.Is(serr, unix.EAGAIN)
+	})
+	if err == nil {
+		err = serr
+	}
+	return int(k), err
+}
+
+// sendSpliced sends a frame of type typ for run id whose payload is the
+// k bytes in pipe r: its header, then the bytes spliced behind it, under
+// the lock that keeps frames whole. A failure closes the session, as
+// send's does.
+func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.RawConn) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.werr != nil {
+		return s.werr
+	}
+	var h [wire.HeaderSize]byte
+	h[0] = byte(typ)
+	binary.BigEndian.PutUint32(h[1:], id)
+	binary.BigEndian.PutUint32(h[5:], uint32(k))
+	if _, s.werr = s.out.Write(h[:]); s.werr == nil {
+		var serr error
+		s.werr = out.Write(func(fd uintptr) bool {
+			for k > 0 {
+				m, err := unix.Splice(r, nil, int(fd), nil, k, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
+				switch {
+				case errors.Is(err, unix.EAGAIN):
+					return false // the channel is full: wait until it drains
+				case err != nil:
+					serr = err
+					return true
+				case m == 0:
+					serr = errors.New("splice: the pipe ran dry")
+					return true
+				}
+				k -= int(m)
+			}
+			return true
+		})
+		if s.werr == nil {
+			s.werr = serr
+		}
+	}
+	if s.werr != nil {
+		s.close()
+	}
+	return s.werr
+}
