@@ -169,12 +169,14 @@ func (b *bench) lives(ctx context.Context) error {
 		pub.op, r.published = echoAt(addr), how
 	}
 
-	// Two groups, each round-robin on its own, each holding the rows
+	// Three groups, each round-robin on its own, each holding the rows
 	// compared with one another: a Run, a Start or a spawn returns while
 	// the agent still has work of its own (the shim that replaces the
-	// one the run used, the reaping), which fell on the connection timed
-	// after it, doubling its time; a service is dialed in a sandbox that
-	// is not starting processes.
+	// one the run used, the reaping), which falls on the op timed after
+	// it. A service is dialed in a sandbox that is not starting
+	// processes; a Start and a Run each follow the other, never the
+	// spawn rows' loop of shells, which would charge its leftovers to
+	// whichever came next.
 	dials := r.boxAlts(boxes, whatRun,
 		liveAlt{whatDial, func(x *liveBox) alt { return alt{timed: dialFirstByte(x.v)} }},
 		liveAlt{whatChannel, func(x *liveBox) alt {
@@ -184,9 +186,11 @@ func (b *bench) lives(ctx context.Context) error {
 	starts := r.boxAlts(boxes, whatRun,
 		liveAlt{whatStart, func(x *liveBox) alt { return alt{timed: startFirstByte(x.v)} }},
 		liveAlt{whatRun, func(x *liveBox) alt { return alt{op: vmRoundTrip(x.v)} }},
+	)
+	spawns := r.boxAlts(boxes, whatRun,
 		liveAlt{whatSpawn, func(x *liveBox) alt { return alt{op: vmRun(x.v, spawnArgv), per: spawnLoops} }},
 	)
-	for _, g := range [][]alt{dials, starts} {
+	for _, g := range [][]alt{dials, starts, spawns} {
 		got, err := measure(ctx, "live: first byte", g, b.sz.warm, b.sz.exec, b.sz.budget)
 		if err != nil {
 			return err
