@@ -139,10 +139,11 @@ func serviceCases(h Harness) []testCase {
 				}
 				return []observation{outcome("silent", "deadline")}
 			}},
-		{Name: "service/removed", Promise: "Remove closes the sandbox's connections and forwards",
+		{Name: "service/removed", Promise: "Remove closes the sandbox's connections, its forwards and the connections they carry",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				addr := httpd(ctx, t, v, "removed")
 				c, f := dialAndForward(ctx, t, v, addr)
+				carried := carriedConn(ctx, t, v)
 				if err := v.Remove(ctx); err != nil {
 					t.Fatalf("Remove: %v", err)
 				}
@@ -150,6 +151,7 @@ func serviceCases(h Harness) []testCase {
 				if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 					t.Errorf("a read on a connection of the removed sandbox: %v; want EOF", err)
 				}
+				endsWithin(t, carried, 10*time.Second, "a forward's client connection, after Remove")
 				if l, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second); err == nil {
 					l.Close()
 					t.Error("the forward still listens after Remove")
@@ -342,13 +344,24 @@ func serviceCases(h Harness) []testCase {
 				}
 				return []observation{outcome("fresh", strings.HasPrefix(greeting, "hello from "))}
 			}},
-		{Name: "service/container-gone", Promise: "when the container goes away behind the VM's back, its connections end and its forwards close, promptly",
+		{Name: "service/container-gone", Promise: "when the container goes away behind the VM's back with processes, connections and forwards live, its processes end with an error, its connections end and its forwards close with the connections they carry, promptly",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				addr := httpd(ctx, t, v, "gone")
 				c, f := dialAndForward(ctx, t, v, addr)
+				carried := carriedConn(ctx, t, v)
+				held := start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"1000"}})
 				if err := h.RemoveContainer(ctx, v.ID()); err != nil {
 					t.Fatalf("removing the container: %v", err)
 				}
+				select {
+				case <-held.Done():
+					if _, err := held.Wait(ctx); err == nil {
+						t.Error("a held process of the gone container: Wait gave no error")
+					}
+				case <-time.After(30 * time.Second):
+					t.Error("a held process of the gone container still runs 30 s later")
+				}
+				endsWithin(t, carried, 30*time.Second, "a forward's client connection, after its container went away")
 				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 				if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
 					t.Error("a connection of the gone container still reads 30 s later")
@@ -374,6 +387,45 @@ func serviceCases(h Harness) []testCase {
 				}
 				return nil
 			}},
+	}
+}
+
+// carriedConn starts an echo service in v (`nc -e cat` on loopback),
+// forwards it, and returns a client connection of the forward that has
+// carried a line both ways and stays open; the test's cleanup closes it.
+func carriedConn(ctx context.Context, t *testing.T, v vm.VM) net.Conn {
+	t.Helper()
+	const addr = "127.0.0.1:18089"
+	start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18089", "-e", "cat"}})
+	waitListening(ctx, t, v, "tcp", addr)
+	f, err := vm.Forward(ctx, v, "tcp", addr)
+	if err != nil {
+		t.Fatalf("Forward: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	c, err := net.DialTimeout("tcp", f.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to the forward: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "alive\n"); err != nil {
+		t.Fatalf("writing to the forward: %v", err)
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); line != "alive\n" {
+		t.Fatalf("the forward's echo: %q, %v", line, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c
+}
+
+// endsWithin fails t unless a read on c ends (EOF, or an error) within d:
+// the connection was closed, not left open.
+func endsWithin(t *testing.T, c net.Conn, d time.Duration, what string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("%s: still open %v later (read: %v)", what, d, err)
 	}
 }
 
