@@ -398,16 +398,7 @@ func carriedConn(ctx context.Context, t *testing.T, v vm.VM) net.Conn {
 	const addr = "127.0.0.1:18089"
 	start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18089", "-e", "cat"}})
 	waitListening(ctx, t, v, "tcp", addr)
-	f, err := vm.Forward(ctx, v, "tcp", addr)
-	if err != nil {
-		t.Fatalf("Forward: %v", err)
-	}
-	t.Cleanup(func() { f.Close() })
-	c, err := net.DialTimeout("tcp", f.Addr().String(), 10*time.Second)
-	if err != nil {
-		t.Fatalf("connecting to the forward: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := viaForward(ctx, t, v, "tcp", addr)
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, "alive\n"); err != nil {
 		t.Fatalf("writing to the forward: %v", err)
