@@ -319,8 +319,12 @@ func (c *Client) route(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
-		c.bye <- m
-		return nil
+		select {
+		case c.bye <- m: // the agent's last frame, which Shutdown waits for
+			return nil
+		default: // never block the reading of frames, whatever the agent sends
+			return fmt.Errorf("%w: a second Bye", wire.ErrProtocol)
+		}
 	}
 	if f.Type == wire.Listening {
 		m, err := wire.DecodeListening(f.Payload)
