@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -224,12 +225,38 @@ func processCases(h Harness) []testCase {
 				}
 				return []observation{outcome("stdin-unread", "released")}
 			}},
-		{Name: "process/limit", Promise: "a sandbox holds vm.MaxProcesses processes; one more is refused with ErrLimit, saying so, until one ends",
+		{Name: "process/limit", Promise: "of 100 Starts at once, a sandbox holds vm.MaxProcesses processes and refuses the rest with ErrLimit, saying so, until one ends",
 			Deadline: 2 * time.Minute,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				var held []*vm.Process
-				for range vm.MaxProcesses {
-					held = append(held, start(ctx, t, v, exec.Command{Name: "sleep", Args: []string{"3071"}}))
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				refused := 0
+				for range 100 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p, err := vm.Start(ctx, v, exec.Command{Name: "sleep", Args: []string{"3071"}})
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case err == nil:
+							held = append(held, p)
+						case errors.Is(err, vm.ErrLimit) && strings.Contains(err.Error(), "vm.MaxProcesses"):
+							refused++
+						default:
+							t.Errorf("a Start: %v; want a process, or ErrLimit naming vm.MaxProcesses", err)
+						}
+					}()
+				}
+				wg.Wait()
+				t.Cleanup(func() {
+					for _, p := range held {
+						_ = p.Kill()
+					}
+				})
+				if len(held) != vm.MaxProcesses || refused != 100-vm.MaxProcesses {
+					t.Fatalf("of 100 Starts at once, %d started (want vm.MaxProcesses, %d) and %d refused", len(held), vm.MaxProcesses, refused)
 				}
 				_, err := vm.Start(ctx, v, exec.Command{Name: "true"})
 				if !errors.Is(err, vm.ErrLimit) || !strings.Contains(err.Error(), "vm.MaxProcesses") {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func serviceCases(h Harness) []testCase {
 				}
 				return []observation{outcome("forward", "served")}
 			}},
-		{Name: "service/limit", Promise: "a sandbox holds vm.MaxConnections connections; one more is refused with ErrLimit until one ends",
+		{Name: "service/limit", Promise: "of 1,000 dials at once, a sandbox holds vm.MaxConnections connections and refuses the rest with ErrLimit, saying so, until one ends",
 			Deadline: 2 * time.Minute,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				addr := httpd(ctx, t, v, "limit")
@@ -78,16 +79,29 @@ func serviceCases(h Harness) []testCase {
 						c.Close()
 					}
 				}()
-				for range vm.MaxConnections {
-					c, err := vm.Dial(ctx, v, "tcp", addr)
-					if err != nil {
-						t.Fatalf("connection %d: %v", len(conns), err)
-					}
-					conns = append(conns, c)
+				var mu sync.Mutex
+				var past error // one refusal
+				var wg sync.WaitGroup
+				for range 1000 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						c, err := vm.Dial(ctx, v, "tcp", addr)
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case err == nil:
+							conns = append(conns, c)
+						case errors.Is(err, vm.ErrLimit) && strings.Contains(err.Error(), "vm.MaxConnections"):
+							past = err
+						default:
+							t.Errorf("a dial: %v; want a connection, or ErrLimit naming vm.MaxConnections", err)
+						}
+					}()
 				}
-				_, past := vm.Dial(ctx, v, "tcp", addr)
-				if !errors.Is(past, vm.ErrLimit) {
-					t.Fatalf("a dial past the limit: %v; want ErrLimit", past)
+				wg.Wait()
+				if len(conns) != vm.MaxConnections || past == nil {
+					t.Fatalf("of 1000 dials at once, %d connected (want vm.MaxConnections, %d), the last refusal: %v", len(conns), vm.MaxConnections, past)
 				}
 				conns[0].Close()
 				deadline := time.Now().Add(10 * time.Second)
