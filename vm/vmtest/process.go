@@ -3,6 +3,7 @@ package vmtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -175,12 +176,13 @@ func processCases(h Harness) []testCase {
 				}
 				return nil
 			}},
-		{Name: "process/flood", Promise: "a process flooding its output with nobody reading is never held back, and memory stays bounded: the ring drops its head, the result keeps head and tail",
+		{Name: "process/flood", Promise: "a process flooding its output with nobody reading is never held back, and memory stays bounded on both sides: the ring drops its head, the result keeps head and tail, the agent's peak memory hardly moves",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				before := agentPeakKiB(ctx, t, v)
 				cmd := exec.Command{Name: "cat", Args: []string{"/dev/zero"}, MaxOutputBytes: 64 << 10}
 				p := start(ctx, t, v, cmd)
 				deadline := time.Now().Add(60 * time.Second)
-				for p.Stdout().Len() < 32<<20 {
+				for p.Stdout().Len() < 64<<20 {
 					if time.Now().After(deadline) {
 						t.Fatalf("after 60 s only %d bytes came: the flood was held back", p.Stdout().Len())
 					}
@@ -188,6 +190,12 @@ func processCases(h Harness) []testCase {
 				}
 				if from, b := p.Stdout().Bytes(); from == 0 || len(b) > 64<<10 {
 					t.Errorf("the ring holds %d bytes from %d; want at most 64 KiB, its head dropped", len(b), from)
+				}
+				// Its window bounds what the agent holds of a stream.
+				after := agentPeakKiB(ctx, t, v)
+				t.Logf("the agent's peak memory: %d KiB before, %d after 64 MiB went through it", before, after)
+				if after > before+16<<10 {
+					t.Errorf("the agent's peak memory went from %d to %d KiB while 64 MiB went through it", before, after)
 				}
 				if err := p.Kill(); err != nil {
 					t.Fatal(err)
@@ -355,6 +363,22 @@ func start(ctx context.Context, t *testing.T, v vm.VM, cmd exec.Command) *vm.Pro
 	}
 	t.Cleanup(func() { _ = p.Kill() })
 	return p
+}
+
+// agentPeakKiB returns the peak resident memory of podvm's agent in v
+// in KiB: the largest VmHWM of the processes named podvm-agent (the
+// agent, and a file call of its that may be running).
+func agentPeakKiB(ctx context.Context, t *testing.T, v vm.VM) int {
+	t.Helper()
+	res, err := v.Run(ctx, sh(`for p in $(pidof podvm-agent); do [ -r /proc/$p/status ] && grep VmHWM /proc/$p/status; done | sort -n -k2 | tail -n 1`))
+	var kib int
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("reading the agent's memory: %+v, %v", res, err)
+	}
+	if _, err := fmt.Sscanf(res.Stdout, "VmHWM: %d kB", &kib); err != nil {
+		t.Fatalf("the agent's VmHWM: %q: %v", res.Stdout, err)
+	}
+	return kib
 }
 
 // waitPS waits, 30 s at most, for the sandbox's process list to satisfy
