@@ -90,6 +90,7 @@ func processCases(h Harness) []testCase {
 					{"not found", exec.Command{Name: "no-such-command-podvm"}, exec.ErrNotFound},
 					{"no dir", exec.Command{Name: "true", Dir: "/no/such/dir"}, exec.ErrDirNotFound},
 					{"invalid", exec.Command{Name: ""}, exec.ErrInvalidCommand},
+					{"not executable", exec.Command{Name: "/etc/passwd"}, exec.ErrPermission},
 				} {
 					p, err := vm.Start(ctx, v, c.cmd)
 					skipIfNotSupported(t, err)
@@ -341,6 +342,9 @@ func processHeld(ctx context.Context, t *testing.T, v vm.VM) []observation {
 	}
 	res, err := p.Wait(ctx)
 	want(t, res, err, "pid "+strconv.Itoa(p.PID())+"\ngot one\ngot two\n", "err one\nerr two\n", 7)
+	if res != nil && res.Usage == nil {
+		t.Error("Wait's result has no usage: a held process is tracked as a Run is")
+	}
 	if n, err := live.Read(buf); n != 0 || err != io.EOF {
 		t.Errorf("the live reader at the end: %d, %v; want EOF", n, err)
 	}
