@@ -62,10 +62,12 @@ var sandbox = podmanharness.Sandbox
 func TestParity(t *testing.T) {
 	env := podmantest.Need(t)
 	backends := map[string]vmtest.Harness{"cli": cliHarness(env, false), "api": apiHarness(env, false)}
-	if os.Getenv("PODVM_PARITY_PATHS") != "agent" {
-		backends["cli-exec"], backends["api-exec"] = cliHarness(env, true), apiHarness(env, true)
-	}
 	// APIVM's observations are lent to vm/kube's parity through
 	// vmtest.RecordEnv (make test sets it): the same keys there.
-	vmtest.RunParity(t, backends, vmtest.Recorded("api", "podman-api-agent"), vmtest.Recorded("api-exec", "podman-api-exec"))
+	recorded := []vmtest.ParityOption{vmtest.Recorded("api", "podman-api-agent")}
+	if os.Getenv("PODVM_PARITY_PATHS") != "agent" {
+		backends["cli-exec"], backends["api-exec"] = cliHarness(env, true), apiHarness(env, true)
+		recorded = append(recorded, vmtest.Recorded("api-exec", "podman-api-exec"))
+	}
+	vmtest.RunParity(t, backends, recorded...)
 }
