@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -110,6 +111,10 @@ type Client struct {
 	runs map[uint32]*clientRun
 	next uint32
 	bye  chan wire.ByeMsg
+	// Answers are taken only when asked for: an agent that sends them
+	// unasked cannot have a later Shutdown or Listen take a stale one.
+	byeAsked    atomic.Bool  // Shutdown sent: a Bye may come
+	listenAsked atomic.Int32 // Listens sent whose Listening has not come
 
 	listenMu  sync.Mutex // one Listen at a time
 	listening chan wire.ListeningMsg
@@ -172,6 +177,7 @@ func (c *Client) Close() error {
 // otherwise. The channel is closed afterwards.
 func (c *Client) Shutdown(ctx context.Context) error {
 	defer c.Close()
+	c.byeAsked.Store(true)
 	if err := c.send(wire.Frame{Type: wire.Shutdown}); err != nil {
 		return err
 	}
@@ -197,6 +203,7 @@ func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) 
 		return 0, fmt.Errorf("agent: listening for channels: port %d", port)
 	}
 	c.listenMu.Lock()
+	c.listenAsked.Add(1)
 	if err := c.send(wire.Frame{Type: wire.Listen, Payload: wire.ListenMsg{Key: key, Port: uint16(port)}.Encode()}); err != nil {
 		c.listenMu.Unlock()
 		return 0, err
@@ -319,6 +326,9 @@ func (c *Client) route(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
+		if !c.byeAsked.Load() {
+			return fmt.Errorf("%w: a Bye before a Shutdown", wire.ErrProtocol)
+		}
 		select {
 		case c.bye <- m: // the agent's last frame, which Shutdown waits for
 			return nil
@@ -330,6 +340,9 @@ func (c *Client) route(f wire.Frame) error {
 		m, err := wire.DecodeListening(f.Payload)
 		if err != nil {
 			return err
+		}
+		if c.listenAsked.Add(-1) < 0 {
+			return fmt.Errorf("%w: a Listening frame nobody asked for", wire.ErrProtocol)
 		}
 		select {
 		case c.listening <- m:
