@@ -20,12 +20,12 @@ import (
 // and code): then a case runs on Podman only where the record lacks it.
 func TestParity(t *testing.T) {
 	e := need(t)
-	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), false), "kube": harness{e: e}}, vmtest.Recorded("api", "podman-api-agent"))
+	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), false), "kube": harness{e: e}}, vmtest.Replayed("api", "podman-api-agent"))
 }
 
 func TestParityExec(t *testing.T) {
 	e := need(t)
-	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), true), "kube": execParity{harness{e: e, exec: true}}}, vmtest.Recorded("api", "podman-api-exec"))
+	vmtest.RunParity(t, map[string]vmtest.Harness{"api": podmanharness.API(podmantest.Need(t), true), "kube": execParity{harness{e: e, exec: true}}}, vmtest.Replayed("api", "podman-api-exec"))
 }
 
 // execParity is the exec path's harness, with the one case whose result

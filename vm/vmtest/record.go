@@ -16,8 +16,9 @@ import (
 // RecordEnv names the environment variable that, set to a file's path,
 // lets one [RunParity] lend what a backend observed to a later one: a
 // backend named by [Recorded] has its observations of each case appended
-// to the file, and a later run that names the same key (another test
-// binary, say) compares with them instead of running that backend again.
+// to the file, and a later run (another test binary, say) that names the
+// same key with [Replayed] compares with them instead of running that
+// backend again.
 //
 // make test sets it for one go test run, removing the file first: vm's
 // parity records Podman's API backend, and vm/kube's parity, which runs
@@ -31,16 +32,29 @@ const RecordEnv = "PODVM_PARITY_RECORD"
 type ParityOption func(*parityOptions)
 
 type parityOptions struct {
-	keys map[string]string // backend name → record key
+	keys map[string]recordKey // backend name → its record key
 }
 
-// Recorded makes RunParity record the observations of the backend named
-// backend under key, in the file of [RecordEnv], or take them from there
-// when the file already holds that key's observations of a case. A key
-// names what was observed, the same wherever it is used: a backend, a
-// path and a service ("podman-api-exec").
+// recordKey is a backend's key in the record, and which way it goes.
+type recordKey struct {
+	key    string
+	replay bool // take the observations from the record; else add them
+}
+
+// Recorded makes RunParity append the observations of the backend named
+// backend to the file of [RecordEnv], under key: it always runs the
+// backend. A key names what was observed, the same wherever it is used:
+// a backend, a path and a service ("podman-api-exec").
 func Recorded(backend, key string) ParityOption {
-	return func(o *parityOptions) { o.keys[backend] = key }
+	return func(o *parityOptions) { o.keys[backend] = recordKey{key: key} }
+}
+
+// Replayed makes RunParity take the observations of the backend named
+// backend from the file of [RecordEnv], under key, for each case the
+// file holds, instead of running it; it runs the cases the file lacks,
+// recording nothing.
+func Replayed(backend, key string) ParityOption {
+	return func(o *parityOptions) { o.keys[backend] = recordKey{key: key, replay: true} }
 }
 
 // record is what one backend observed of one case, or that it skipped
@@ -129,17 +143,28 @@ func (r *recorder) add(rec record) error {
 	return errors.Join(err, f.Close())
 }
 
-// observeRecorded runs case c on backend h in t, or replays what the
-// record holds of it under key: it returns the observations (nil when
-// the case skipped or failed) and appends a live run's to the record.
-func observeRecorded(t *testing.T, rec *recorder, key string, c testCase, h Harness, sh *shared) []observation {
-	if had, ok := rec.lookup(key, c.Name); ok {
-		if had.Skipped {
-			t.Skipf("skipped where it was recorded (%s=%s, key %s)", RecordEnv, rec.path, key)
-		}
-		t.Logf("vmtest: observations recorded earlier (%s=%s, key %s)", RecordEnv, rec.path, key)
-		return had.Obs
+// observeRecorded runs case c on backend h in t, or, for a replayed
+// key, takes what the record holds of it; it returns the observations
+// (nil when the case skipped or failed) and appends a recorded key's
+// live run to the record.
+func observeRecorded(t *testing.T, rec *recorder, k recordKey, c testCase, h Harness, sh *shared) []observation {
+	if !k.replay {
+		return recordRun(t, rec, k.key, c, h, sh)
 	}
+	had, ok := rec.lookup(k.key, c.Name)
+	switch {
+	case !ok:
+		return runCase(t, c, h, sh)
+	case had.Skipped:
+		t.Skipf("skipped where it was recorded (%s=%s, key %s)", RecordEnv, rec.path, k.key)
+	}
+	t.Logf("vmtest: observations recorded earlier (%s=%s, key %s)", RecordEnv, rec.path, k.key)
+	return had.Obs
+}
+
+// recordRun runs case c on h and appends what it observed, or its skip,
+// to the record under key (when there is a record and a key).
+func recordRun(t *testing.T, rec *recorder, key string, c testCase, h Harness, sh *shared) []observation {
 	if rec == nil || key == "" {
 		return runCase(t, c, h, sh)
 	}

@@ -24,7 +24,7 @@ func (fakeVM) Remove(context.Context) error { return nil }
 
 // A run records what a backend observed, bytes that are not UTF-8
 // included, and a later run replays it without running the case; a skip
-// is replayed as a skip.
+// is replayed as a skip. A recording run never replays.
 func TestRecordedObservationsReplay(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "parity.rec")
 	t.Setenv(RecordEnv, file)
@@ -46,14 +46,15 @@ func TestRecordedObservationsReplay(t *testing.T) {
 		}},
 	}
 	h := fakeHarness{}
-	for round := range 2 {
+	// Recorded, then replayed.
+	for round, k := range []recordKey{{key: "key"}, {key: "key", replay: true}} {
 		rec := openRecorder(t)
 		for _, c := range cs {
 			var got []observation
 			skipped := false
 			t.Run(c.Name, func(t *testing.T) {
 				defer func() { skipped = t.Skipped() }()
-				got = observeRecorded(t, rec, "key", c, h, newShared(t, h))
+				got = observeRecorded(t, rec, k, c, h, newShared(t, h))
 			})
 			if c.Name == "skipped" {
 				if !skipped {
@@ -69,12 +70,13 @@ func TestRecordedObservationsReplay(t *testing.T) {
 	if ran["seen"] != 1 || ran["skipped"] != 1 {
 		t.Errorf("the cases ran %v times; want once each, then replayed", ran)
 	}
-	// Another key, or no key, runs the case live.
+	// Another key, no key, or recording again runs the case live.
 	rec := openRecorder(t)
-	t.Run("other key", func(t *testing.T) { observeRecorded(t, rec, "other", cs[0], h, newShared(t, h)) })
-	t.Run("no key", func(t *testing.T) { observeRecorded(t, rec, "", cs[0], h, newShared(t, h)) })
-	if ran["seen"] != 3 {
-		t.Errorf("the case ran %d times; want 3", ran["seen"])
+	for _, k := range []recordKey{{key: "other", replay: true}, {}, {key: "key"}} {
+		t.Run("live", func(t *testing.T) { observeRecorded(t, rec, k, cs[0], h, newShared(t, h)) })
+	}
+	if ran["seen"] != 4 {
+		t.Errorf("the case ran %d times; want 4", ran["seen"])
 	}
 }
 

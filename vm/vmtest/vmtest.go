@@ -253,16 +253,17 @@ func remove(v vm.VM) error {
 // to be identical, field by field (Duration excepted): those of backends
 // that run commands the same way ([Harness.Tracked]), and, for a case
 // whose promise holds on every path, those of all backends. A backend
-// named by a [Recorded] option lends its observations to a later run, or
-// takes them from an earlier one (see [RecordEnv]).
+// named by a [Recorded] option lends its observations to a later run,
+// one named by [Replayed] takes them from an earlier one (see
+// [RecordEnv]).
 func RunParity(t *testing.T, backends map[string]Harness, opts ...ParityOption) {
-	o := parityOptions{keys: map[string]string{}}
+	o := parityOptions{keys: map[string]recordKey{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	for name := range o.keys {
 		if backends[name] == nil {
-			t.Fatalf("vmtest: Recorded names %q, not a backend of this run", name)
+			t.Fatalf("vmtest: Recorded or Replayed names %q, not a backend of this run", name)
 		}
 	}
 	rec := openRecorder(t)
