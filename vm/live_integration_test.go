@@ -47,10 +47,14 @@ func TestLiveLeaksNothing(t *testing.T) {
 				echoed(t, c, "forwarded")
 				require.NoError(t, c.Close())
 			}
-			serve := func(v vm.VM) *vm.Forwarder {
+			// The echo service, started once per sandbox, and a forward to
+			// it.
+			serve := func(v vm.VM) {
 				_, err := vm.Start(ctx, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18090", "-e", "cat"}})
 				require.NoError(t, err)
 				require.NoError(t, vm.WaitListening(ctx, v, "tcp", "127.0.0.1:18090"))
+			}
+			forward := func(v vm.VM) *vm.Forwarder {
 				f, err := vm.Forward(ctx, v, "tcp", "127.0.0.1:18090")
 				require.NoError(t, err)
 				return f
@@ -59,8 +63,10 @@ func TestLiveLeaksNothing(t *testing.T) {
 			// its kind sets up for good is not counted.
 			warm, err := h.NewVM(t, vm.Config{})
 			require.NoError(t, err)
+			t.Cleanup(func() { _ = warm.Remove(context.Background()) })
 			require.NoError(t, warm.Create(ctx))
-			round(warm, serve(warm))
+			serve(warm)
+			round(warm, forward(warm))
 			require.NoError(t, warm.Remove(ctx))
 
 			fds, goroutines := openFDs(t), runtime.NumGoroutine()
@@ -68,13 +74,14 @@ func TestLiveLeaksNothing(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, v.Create(ctx))
 			defer v.Remove(context.Background())
-			f := serve(v)
+			serve(v)
+			f := forward(v)
 			for range 100 {
 				round(v, f)
 			}
 			require.NoError(t, f.Close())
 			// Everything live at once, then the container goes.
-			f = serve(v)
+			f = forward(v)
 			held, err := vm.Start(ctx, v, exec.Command{Name: "sleep", Args: []string{"1000"}})
 			require.NoError(t, err)
 			dialed, err := vm.Dial(ctx, v, "tcp", "127.0.0.1:18090")
