@@ -167,10 +167,12 @@ type session struct {
 	wmu   sync.Mutex
 	wbuf  []byte // a frame being written, reused under wmu
 	werr  error
-	mu    sync.Mutex
-	runs  map[uint32]*run
-	wg    sync.WaitGroup
-	bad   string // the first run that could not kill everything
+	// noSplice: splice refused the channel (splice_linux.go); under wmu.
+	noSplice bool
+	mu       sync.Mutex
+	runs     map[uint32]*run
+	wg       sync.WaitGroup
+	bad      string // the first run that could not kill everything
 }
 
 func (a *agent) newSession(in io.Reader, out io.Writer, close func()) *session {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"syscall"
@@ -22,9 +23,25 @@ import (
 // host's, local Podman) and a connection with a file descriptor; the
 // others (the stdio stream, a peer's secured stream) take pumpOut.
 
+// splice is unix.Splice; the tests make it refuse.
+var splice = unix.Splice
+
+// refused reports whether err is splice's refusal of a kind of file, or
+// of the call itself (a seccomp profile that denies it): the bytes then
+// go the read-and-write way.
+func refused(err error) bool {
+	return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
 // spliceTarget returns the channel's socket, if the session writes to
-// one that splice can fill.
+// one that splice can fill (and has not refused to).
 func (s *session) spliceTarget() syscall.RawConn {
+	s.wmu.Lock()
+	no := s.noSplice
+	s.wmu.Unlock()
+	if no {
+		return nil
+	}
 	uc, ok := s.out.(*net.UnixConn)
 	if !ok {
 		return nil
@@ -38,7 +55,8 @@ func (s *session) spliceTarget() syscall.RawConn {
 
 // pumpSplice is pumpOut of a Dial's connection c, spliced into the
 // channel out: it returns false, having sent nothing, when it cannot
-// (the caller pumps with reads instead).
+// (the caller pumps with reads instead). When splice refuses c before a
+// byte moved, it pumps with reads itself.
 func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup) bool {
 	src, err := c.SyscallConn()
 	if err != nil {
@@ -56,10 +74,11 @@ func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup
 		return false
 	}
 	go func() {
-		defer wg.Done()
-		defer unix.Close(p[0])
-		defer unix.Close(p[1])
-		defer c.(interface{ Close() error }).Close()
+		moved := false
+		defer func() {
+			unix.Close(p[0])
+			unix.Close(p[1])
+		}()
 		for {
 			r.mu.Lock()
 			for r.window[wire.StreamStdout] <= 0 && !r.killed {
@@ -69,11 +88,16 @@ func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup
 			killed := r.killed
 			r.mu.Unlock()
 			if killed {
-				return // Kill closed the connection: nothing more goes out
+				break // Kill closed the connection: nothing more goes out
 			}
 			k, err := spliceIn(src, p[1], n)
+			if !moved && refused(err) {
+				r.pumpOut(c.(deadlineReader), wire.Stdout, wire.StreamStdout, wg)
+				return
+			}
+			moved = true
 			if k == 0 || err != nil {
-				return // the sandbox's side closed, or failed
+				break // the sandbox's side closed, or failed
 			}
 			r.mu.Lock()
 			send := !r.killed
@@ -82,9 +106,11 @@ func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup
 			}
 			r.mu.Unlock()
 			if !send || r.s.sendSpliced(wire.Stdout, r.id, p[0], k, out) != nil {
-				return
+				break
 			}
 		}
+		c.(interface{ Close() error }).Close()
+		wg.Done()
 	}()
 	return true
 }
@@ -95,7 +121,7 @@ func spliceIn(src syscall.RawConn, w, n int) (int, error) {
 	var k int64
 	var serr error
 	err := src.Read(func(fd uintptr) bool {
-		k, serr = unix.Splice(int(fd), nil, w, nil, n, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
+		k, serr = splice(int(fd), nil, w, nil, n, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
 		return !errors.Is(serr, unix.EAGAIN)
 	})
 	if err == nil {
@@ -106,8 +132,9 @@ func spliceIn(src syscall.RawConn, w, n int) (int, error) {
 
 // sendSpliced sends a frame of type typ for run id whose payload is the
 // k bytes in pipe r: its header, then the bytes spliced behind it, under
-// the lock that keeps frames whole. A failure closes the session, as
-// send's does.
+// the lock that keeps frames whole. Where splice refuses the channel,
+// the bytes are read from the pipe and written, and the session splices
+// no more. A failure closes the session, as send's does.
 func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.RawConn) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -118,14 +145,17 @@ func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.Ra
 	h[0] = byte(typ)
 	binary.BigEndian.PutUint32(h[1:], id)
 	binary.BigEndian.PutUint32(h[5:], uint32(k))
-	if _, s.werr = s.out.Write(h[:]); s.werr == nil {
+	if _, s.werr = s.out.Write(h[:]); s.werr == nil && !s.noSplice {
 		var serr error
 		s.werr = out.Write(func(fd uintptr) bool {
 			for k > 0 {
-				m, err := unix.Splice(r, nil, int(fd), nil, k, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
+				m, err := splice(r, nil, int(fd), nil, k, unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
 				switch {
 				case errors.Is(err, unix.EAGAIN):
 					return false // the channel is full: wait until it drains
+				case refused(err):
+					s.noSplice = true
+					return true
 				case err != nil:
 					serr = err
 					return true
@@ -141,8 +171,28 @@ func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.Ra
 			s.werr = serr
 		}
 	}
+	if s.werr == nil && k > 0 {
+		s.werr = copyPipe(s.out, r, k)
+	}
 	if s.werr != nil {
 		s.close()
 	}
 	return s.werr
+}
+
+// copyPipe writes the k bytes waiting in pipe r to w.
+func copyPipe(w io.Writer, r, k int) error {
+	buf := make([]byte, k)
+	for got := 0; got < k; {
+		n, err := unix.Read(r, buf[got:])
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return errors.New("splice: the pipe ran dry")
+		}
+		got += n
+	}
+	_, err := w.Write(buf)
+	return err
 }
