@@ -169,8 +169,9 @@ func (b *bench) lives(ctx context.Context) error {
 		pub.op, r.published = echoAt(addr), how
 	}
 
-	// Three groups, each round-robin on its own, each holding the rows
-	// compared with one another: a Run, a Start or a spawn returns while
+	// Three groups, each round-robin on its own (a row's ratio may be to
+	// a Run timed in another group: the Run is the same op in each): a
+	// Run, a Start or a spawn returns while
 	// the agent still has work of its own (the shim that replaces the
 	// one the run used, the reaping), which falls on the op timed after
 	// it. A service is dialed in a sandbox that is not starting
