@@ -95,8 +95,14 @@ func stoppedWith(ctx context.Context, t *testing.T, v vm.VM, stop func(context.C
 	// The sleeps' durations are unique so ps can tell them apart.
 	rctx, cmd, limit := stop(ctx)
 	start := time.Now()
+	return stoppedSince(ctx, t, v, rctx, cmd, func() time.Time { return start }, limit, target, out)
+}
+
+// stoppedSince is stoppedWith for a Run of cmd under rctx that must
+// return within limit + Grace of since().
+func stoppedSince(ctx context.Context, t *testing.T, v vm.VM, rctx context.Context, cmd exec.Command, since func() time.Time, limit time.Duration, target error, out string) []observation {
 	res, err := v.Run(rctx, cmd)
-	elapsed := time.Since(start)
+	elapsed := time.Since(since())
 	if !errors.Is(err, target) {
 		t.Fatalf("got error %v; want one matching %v", err, target)
 	}
@@ -134,6 +140,46 @@ type gate struct{ open chan struct{} }
 func (g gate) Write(p []byte) (int, error) {
 	<-g.open
 	return len(p), nil
+}
+
+// cancelAfterOutput returns a context that is cancelled after the
+// command's first output, and a Stdout for the command that notes it
+// and then writes to w (nil: drops it), and when the cancel came: a
+// command that starts late (a Podman exec on a loaded machine can take
+// seconds) is never cancelled before it printed.
+func cancelAfterOutput(ctx context.Context, after time.Duration, w io.Writer) (context.Context, io.Writer, func() time.Time) {
+	rctx, cancel := context.WithCancel(ctx)
+	n := &noticer{w: w}
+	var mu sync.Mutex
+	var at time.Time
+	n.first = func() {
+		time.AfterFunc(after, func() {
+			mu.Lock()
+			at = time.Now()
+			mu.Unlock()
+			cancel()
+		})
+	}
+	return rctx, n, func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
+	}
+}
+
+// noticer calls first at its first Write, then writes to w.
+type noticer struct {
+	w     io.Writer
+	first func()
+	once  sync.Once
+}
+
+func (n *noticer) Write(p []byte) (int, error) {
+	n.once.Do(n.first)
+	if n.w == nil {
+		return len(p), nil
+	}
+	return n.w.Write(p)
 }
 
 // Cases returns the conformance cases, a fresh table each call.
@@ -314,11 +360,10 @@ func cases(h Harness) []testCase {
 			}},
 		{Name: "cancel", Promise: "cancelling the context kills the command and its children inside the sandbox",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
-				return stopped(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
-					rctx, cancel := context.WithCancel(ctx)
-					time.AfterFunc(2*time.Second, cancel)
-					return rctx, sh(treeScript), 2 * time.Second
-				}, context.Canceled)
+				rctx, w, cancelled := cancelAfterOutput(ctx, 2*time.Second, nil)
+				cmd := sh(treeScript)
+				cmd.Stdout = w
+				return stoppedSince(ctx, t, v, rctx, cmd, cancelled, 0, context.Canceled, "started\n")
 			}},
 		{Name: "timeout/in-flight", Promise: "a timeout keeps all the output the command printed before it, even what was still on its way to a live writer that was slow to take it",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
@@ -333,17 +378,14 @@ func cases(h Harness) []testCase {
 			}},
 		{Name: "cancel/in-flight", Promise: "cancelling the context keeps all the output the command printed before it, even what was still on its way to a live writer that was slow to take it",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
-				return stoppedWith(ctx, t, v, func(ctx context.Context) (context.Context, exec.Command, time.Duration) {
-					rctx, cancel := context.WithCancel(ctx)
-					g := gate{make(chan struct{})}
-					time.AfterFunc(2*time.Second, func() {
-						cancel()
-						time.AfterFunc(50*time.Millisecond, func() { close(g.open) })
-					})
-					cmd := sh(inFlightScript)
-					cmd.Stdout = g
-					return rctx, cmd, 2 * time.Second
-				}, context.Canceled, inFlightOut)
+				// Cancelled 2 s after its first output, all of it
+				// printed by then; the writer takes it 50 ms after.
+				g := gate{make(chan struct{})}
+				rctx, w, cancelled := cancelAfterOutput(ctx, 2*time.Second, g)
+				context.AfterFunc(rctx, func() { time.AfterFunc(50*time.Millisecond, func() { close(g.open) }) })
+				cmd := sh(inFlightScript)
+				cmd.Stdout = w
+				return stoppedSince(ctx, t, v, rctx, cmd, cancelled, 0, context.Canceled, inFlightOut)
 			}},
 		{Name: "concurrent", Promise: "concurrent Runs on one VM each get their own result",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
