@@ -116,4 +116,3 @@ func servedBy(t *testing.T, serve func(net.Conn)) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
