@@ -106,22 +106,33 @@ func serviceCases(h Harness) []testCase {
 					}()
 				}
 				wg.Wait()
-				if len(conns) != vm.MaxConnections || past == nil {
+				// The connection waitListening made holds its place until
+				// its close has reached the agent and come back: on a
+				// loaded machine, after the burst. Then one more fits.
+				if len(conns) < vm.MaxConnections-1 || len(conns) > vm.MaxConnections || past == nil {
 					t.Fatalf("of 1000 dials at once, %d connected (want vm.MaxConnections, %d), the last refusal: %v", len(conns), vm.MaxConnections, past)
 				}
-				conns[0].Close()
-				deadline := time.Now().Add(10 * time.Second)
-				for {
-					c, err := vm.Dial(ctx, v, "unix", sock)
-					if err == nil {
-						conns[0] = c
-						break
+				redial := func(what string) net.Conn {
+					deadline := time.Now().Add(10 * time.Second)
+					for {
+						c, err := vm.Dial(ctx, v, "unix", sock)
+						if err == nil {
+							return c
+						}
+						if !errors.Is(err, vm.ErrLimit) || time.Now().After(deadline) {
+							t.Fatalf("a dial %s: %v", what, err)
+						}
+						time.Sleep(10 * time.Millisecond) // the close reaches the agent and back
 					}
-					if !errors.Is(err, vm.ErrLimit) || time.Now().After(deadline) {
-						t.Fatalf("a dial after one closed: %v", err)
-					}
-					time.Sleep(10 * time.Millisecond) // the close reaches the agent and back
 				}
+				if len(conns) < vm.MaxConnections {
+					conns = append(conns, redial("once waitListening's connection closed"))
+				}
+				if _, err := vm.Dial(ctx, v, "unix", sock); !errors.Is(err, vm.ErrLimit) {
+					t.Fatalf("a dial with vm.MaxConnections open: %v; want ErrLimit", err)
+				}
+				conns[0].Close()
+				conns[0] = redial("after one closed")
 				return []observation{observe("past the limit", nil, past)}
 			}},
 		{Name: "service/silent", Promise: "a service that accepts and never answers holds a read only until its deadline; Close returns at once",
