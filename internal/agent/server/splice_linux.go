@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -142,10 +141,7 @@ func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.Ra
 		return s.werr
 	}
 	var h [wire.HeaderSize]byte
-	h[0] = byte(typ)
-	binary.BigEndian.PutUint32(h[1:], id)
-	binary.BigEndian.PutUint32(h[5:], uint32(k))
-	if _, s.werr = s.out.Write(h[:]); s.werr == nil && !s.noSplice {
+	if _, s.werr = s.out.Write(wire.AppendHeader(h[:0], typ, id, k)); s.werr == nil && !s.noSplice {
 		var serr error
 		s.werr = out.Write(func(fd uintptr) bool {
 			for k > 0 {

@@ -78,10 +78,15 @@ type Frame struct {
 
 // Append appends the encoded frame to b.
 func (f Frame) Append(b []byte) []byte {
-	b = append(b, byte(f.Type))
-	b = binary.BigEndian.AppendUint32(b, f.ID)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Payload)))
-	return append(b, f.Payload...)
+	return append(AppendHeader(b, f.Type, f.ID, len(f.Payload)), f.Payload...)
+}
+
+// AppendHeader appends the header of a frame of type typ for run id
+// whose payload is n bytes: for a writer that sends the payload itself.
+func AppendHeader(b []byte, typ Type, id uint32, n int) []byte {
+	b = append(b, byte(typ))
+	b = binary.BigEndian.AppendUint32(b, id)
+	return binary.BigEndian.AppendUint32(b, uint32(n))
 }
 
 // Write writes f to w in a single Write call, so writers that serialize
