@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -25,16 +26,16 @@ func TestHostileAgentOpensNothing(t *testing.T) {
 	for ty := wire.Hello; ty <= wire.Listening; ty++ {
 		types = append(types, ty)
 	}
+	// Nothing, noise, and each message well formed.
+	payloads := [][]byte{nil, {1, 2, 3}, make([]byte, 64),
+		wire.HelloMsg{Version: wire.Version}.Encode(), wire.ExitMsg{}.Encode(), wire.ByeMsg{OK: true}.Encode(),
+		wire.CreditMsg{Stream: wire.StreamStdin, N: 1 << 20}.Encode(), wire.StartedMsg{PID: 1}.Encode(),
+		wire.DialMsg{Network: "tcp", Address: "127.0.0.1:1"}.Encode(), wire.ListenMsg{Key: make([]byte, 32)}.Encode(),
+		wire.ListeningMsg{Port: 1}.Encode(), wire.SignalMsg{Signo: 9}.Encode(), wire.ResizeMsg{Rows: 1, Cols: 1}.Encode(),
+		wire.StartMsg{Argv: []string{"/bin/sh"}}.Encode()}
 	before := sockets(t)
 	for _, ty := range types {
 		for _, id := range []uint32{0, 999} {
-			// Nothing, noise, and each message well formed.
-			payloads := [][]byte{nil, {1, 2, 3}, make([]byte, 64),
-				wire.HelloMsg{Version: wire.Version}.Encode(), wire.ExitMsg{}.Encode(), wire.ByeMsg{OK: true}.Encode(),
-				wire.CreditMsg{Stream: wire.StreamStdin, N: 1 << 20}.Encode(), wire.StartedMsg{PID: 1}.Encode(),
-				wire.DialMsg{Network: "tcp", Address: "127.0.0.1:1"}.Encode(), wire.ListenMsg{Key: make([]byte, 32)}.Encode(),
-				wire.ListeningMsg{Port: 1}.Encode(), wire.SignalMsg{Signo: 9}.Encode(), wire.ResizeMsg{Rows: 1, Cols: 1}.Encode(),
-				wire.StartMsg{Argv: []string{"/bin/sh"}}.Encode()}
 			for _, payload := range payloads {
 				ours, theirs := net.Pipe()
 				go func() {
@@ -48,7 +49,7 @@ func TestHostileAgentOpensNothing(t *testing.T) {
 					// Whatever came before, this ends the channel.
 					_ = wire.Write(theirs, wire.Frame{Type: 200, ID: id})
 				}()
-				go func() { _, _ = drain(theirs) }()
+				go func() { _, _ = io.Copy(io.Discard, theirs) }()
 				c, err := NewClient(ours)
 				require.NoError(t, err)
 				select {
@@ -63,19 +64,6 @@ func TestHostileAgentOpensNothing(t *testing.T) {
 		}
 	}
 	assert.Equal(t, before, sockets(t), "the process's sockets")
-}
-
-// drain reads r to its end.
-func drain(r net.Conn) (int64, error) {
-	var n int64
-	b := make([]byte, 4096)
-	for {
-		k, err := r.Read(b)
-		n += int64(k)
-		if err != nil {
-			return n, err
-		}
-	}
 }
 
 // sockets returns this process's sockets: their descriptors' targets.

@@ -3,30 +3,19 @@ package server
 import (
 	"io"
 	"net"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // idleShim is a shim handle whose process is the test: the returned
 // conn reads EOF once the pool closed the shim's socket.
 func idleShim(t *testing.T, idle time.Time) (*shim, net.Conn) {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	var conns [2]net.Conn
-	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "shim")
-		conns[i], err = net.FileConn(f)
-		f.Close()
-		require.NoError(t, err)
-		t.Cleanup(func() { conns[i].Close() })
-	}
-	return &shim{conn: conns[0].(*net.UnixConn), idle: idle}, conns[1]
+	ours, theirs := unixPair(t)
+	return &shim{conn: ours, idle: idle}, theirs
 }
 
 func closed(c net.Conn) bool {

@@ -44,7 +44,7 @@ func TestPumpSpliceFallsBack(t *testing.T) {
 				return unix.Splice(rfd, roff, wfd, woff, n, flags)
 			}
 			t.Cleanup(func() { splice = unix.Splice })
-			ours, theirs := channelPair(t)
+			ours, theirs := unixPair(t)
 			s := &session{out: ours, close: func() {}}
 			out := s.spliceTarget()
 			require.NotNil(t, out)
@@ -83,15 +83,16 @@ func TestPumpSpliceFallsBack(t *testing.T) {
 	}
 }
 
-// channelPair returns the agent's end of a unix socket channel and the
-// client's.
-func channelPair(t *testing.T) (*net.UnixConn, net.Conn) {
+// unixPair returns the two ends of a unix stream socket pair, closed
+// when the test ends: the agent's end of a channel or a shim's socket,
+// and the other process's.
+func unixPair(t *testing.T) (*net.UnixConn, net.Conn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
 	var conns [2]net.Conn
 	for i, fd := range fds {
-		f := os.NewFile(uintptr(fd), "channel")
+		f := os.NewFile(uintptr(fd), "socketpair")
 		conns[i], err = net.FileConn(f)
 		f.Close()
 		require.NoError(t, err)
