@@ -528,7 +528,7 @@ func TestEmbeddedBinaryRuns(t *testing.T) {
 // startConnectAgent starts the agent, in a PID namespace of its own,
 // connecting to a socket this test listens on, and returns the client
 // of that connection and a channel closed when the agent exits.
-func startConnectAgent(t *testing.T) (*Client, <-chan struct{}) {
+func startConnectAgent(t testing.TB) (*Client, <-chan struct{}) {
 	t.Helper()
 	needAgent(t)
 	sock := filepath.Join(t.TempDir(), "host.sock")

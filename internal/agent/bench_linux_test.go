@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/podvm/podvm/internal/agent/psk"
 )
 
 // shRoundTrip is the command of make bench's round trip rows.
@@ -210,4 +212,74 @@ func BenchmarkDialFirstByte(b *testing.B) {
 			return first(c)
 		})
 	})
+}
+
+// BenchmarkChannel streams 64 MiB of a command's stdin (into dd, which
+// discards it) and of its stdout (from dd, to io.Discard) over each kind
+// of channel: "unix" is local Podman's, the agent connected to a unix
+// socket of the host's; "psk" is a peer's over loopback TCP, secured
+// with package psk, as a pod's is (Listen, then DialPeer).
+func BenchmarkChannel(b *testing.B) {
+	const size = 64 << 20
+	channels := []struct {
+		name    string
+		connect func(b *testing.B) *Client
+	}{
+		{"unix", func(b *testing.B) *Client {
+			c, _ := startConnectAgent(b)
+			b.Cleanup(func() { c.Close() })
+			return c
+		}},
+		{"psk", func(b *testing.B) *Client {
+			a := startAgent(b)
+			key := psk.NewKey()
+			port, err := a.Listen(context.Background(), key, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := DialPeer(context.Background(), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			return c
+		}},
+	}
+	dd := func(args ...string) Request {
+		return Request{Argv: append([]string{"/bin/busybox", "dd", "bs=65536"}, args...)}
+	}
+	for _, ch := range channels {
+		b.Run(ch.name+"/stdin", func(b *testing.B) {
+			c := ch.connect(b)
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				ex, err := c.Run(context.Background(), dd("of=/dev/null"), io.LimitReader(zeroReader{}, size), io.Discard, io.Discard)
+				if err != nil || ex.Code != 0 {
+					b.Fatal(ex, err)
+				}
+			}
+		})
+		b.Run(ch.name+"/stdout", func(b *testing.B) {
+			c := ch.connect(b)
+			var out countWriter
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				out = 0
+				ex, err := c.Run(context.Background(), dd("if=/dev/zero", "count="+strconv.Itoa(size/65536)), nil, &out, io.Discard)
+				if err != nil || ex.Code != 0 || out != size {
+					b.Fatal(ex, err, out)
+				}
+			}
+		})
+	}
+}
+
+// countWriter counts what is written to it.
+type countWriter int64
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	*w += countWriter(len(p))
+	return len(p), nil
 }
