@@ -278,7 +278,7 @@ func (c *Client) send(frames ...wire.Frame) error {
 func (c *Client) demux(br *bufio.Reader) {
 	defer close(c.demuxDone)
 	for {
-		f, err := readFrame(br)
+		f, err := wire.ReadStream(br)
 		if err != nil {
 			c.fail(err)
 			break
@@ -294,29 +294,6 @@ func (c *Client) demux(br *bufio.Reader) {
 	c.mu.Unlock()
 	for _, r := range runs {
 		r.end()
-	}
-}
-
-// chunks holds buffers of wire.ChunkSize bytes for output payloads: a
-// stream's delivery puts each back once its Writer returned, so
-// streaming allocates next to nothing per byte.
-var chunks = sync.Pool{New: func() any { return new([wire.ChunkSize]byte) }}
-
-// readFrame is wire.Read, with output payloads read into buffers from
-// chunks.
-func readFrame(br *bufio.Reader) (wire.Frame, error) {
-	return wire.ReadInto(br, func(t wire.Type, n int) []byte {
-		if (t == wire.Stdout || t == wire.Stderr) && n <= wire.ChunkSize {
-			return chunks.Get().(*[wire.ChunkSize]byte)[:n]
-		}
-		return nil
-	})
-}
-
-// recycle returns an output payload of readFrame to chunks.
-func recycle(p []byte) {
-	if cap(p) == wire.ChunkSize {
-		chunks.Put((*[wire.ChunkSize]byte)(p[:wire.ChunkSize]))
 	}
 }
 
@@ -505,7 +482,7 @@ func (s *outStream) deliver() {
 		}
 		s.mu.Unlock()
 		consumed += len(p)
-		recycle(p)
+		wire.Recycle(p)
 		if !closed && consumed >= wire.CreditBatch {
 			m := wire.CreditMsg{Stream: s.stream, N: uint32(consumed)}
 			_ = s.r.c.send(wire.Frame{Type: wire.Credit, ID: s.r.id, Payload: m.Encode()})

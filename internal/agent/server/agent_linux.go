@@ -206,7 +206,7 @@ func (s *session) serve() {
 		GID: uint32(os.Getgid()), Arch: runtime.GOARCH, GoVersion: runtime.Version(), Dir: wd}
 	if s.send(wire.Frame{Type: wire.Hello, Payload: hello.Encode()}) == nil {
 		for {
-			f, err := wire.Read(s.in)
+			f, err := wire.ReadStream(s.in)
 			if err != nil || s.dispatch(f) != nil {
 				break
 			}
@@ -267,6 +267,7 @@ func (s *session) dispatch(f wire.Frame) error {
 	}
 	s.mu.Unlock()
 	if r == nil {
+		wire.Recycle(f.Payload)
 		return nil // a frame for a run that has ended
 	}
 	switch f.Type {
@@ -572,6 +573,7 @@ func (r *run) pumpStdin(f io.WriteCloser) {
 				broken = true
 			}
 		}
+		wire.Recycle(chunk)
 		if taken += len(chunk); taken >= wire.CreditBatch {
 			m := wire.CreditMsg{Stream: wire.StreamStdin, N: uint32(taken)}
 			_ = r.s.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
@@ -587,6 +589,8 @@ func (r *run) pushStdin(p []byte) {
 		r.stdinEOF = true
 	} else if !r.stdinEOF {
 		r.stdin = append(r.stdin, p)
+	} else {
+		wire.Recycle(p)
 	}
 	r.cond.Broadcast()
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // Version is the protocol version the agent announces in its Hello frame.
@@ -112,6 +113,32 @@ func ReadInto(r io.Reader, buf func(t Type, n int) []byte) (Frame, error) {
 		return Frame{}, err
 	}
 	return readPayload(r, h, buf)
+}
+
+// chunks holds buffers of ChunkSize bytes for stream payloads: a
+// receiver hands each back once written on, so streaming allocates next
+// to nothing per byte (a fresh 128 KiB a frame keeps the collector and
+// the kernel busy handing memory back and faulting it in again).
+var chunks = sync.Pool{New: func() any { return new([ChunkSize]byte) }}
+
+// ReadStream is [Read] with the payloads of stream frames (Stdin, Stdout,
+// Stderr) of up to ChunkSize bytes read into pooled buffers, which the
+// receiver may hand back with [Recycle] once done with them.
+func ReadStream(r io.Reader) (Frame, error) {
+	return ReadInto(r, func(t Type, n int) []byte {
+		if (t == Stdin || t == Stdout || t == Stderr) && n <= ChunkSize {
+			return chunks.Get().(*[ChunkSize]byte)[:n]
+		}
+		return nil
+	})
+}
+
+// Recycle hands a stream payload of [ReadStream] back to the pool; p
+// must not be used afterwards. Other slices are left to the collector.
+func Recycle(p []byte) {
+	if cap(p) == ChunkSize {
+		chunks.Put((*[ChunkSize]byte)(p[:ChunkSize]))
+	}
 }
 
 // ReadPayload reads the payload announced by header h from r.

@@ -75,6 +75,24 @@ func TestReadInto(t *testing.T) {
 	}
 }
 
+// ReadStream reads stream payloads into pooled chunks, which Recycle
+// takes back, and others into payloads of their own.
+func TestReadStream(t *testing.T) {
+	var b bytes.Buffer
+	for _, f := range []Frame{{Type: Stdin, ID: 1, Payload: []byte("in")}, {Type: Start, ID: 2, Payload: []byte("go")}} {
+		b.Write(f.Append(nil))
+	}
+	f, err := ReadStream(&b)
+	require.NoError(t, err)
+	require.Equal(t, "in", string(f.Payload))
+	require.Equal(t, ChunkSize, cap(f.Payload), "a stdin payload in a pooled chunk")
+	Recycle(f.Payload)
+	f, err = ReadStream(&b)
+	require.NoError(t, err)
+	require.Equal(t, "go", string(f.Payload))
+	require.Equal(t, 2, cap(f.Payload), "a start payload of its own")
+}
+
 func TestStartedSignalRoundTrip(t *testing.T) {
 	t.Parallel()
 	st, err := DecodeStarted(StartedMsg{PID: 1 << 22}.Encode())
