@@ -35,6 +35,7 @@
 package psk
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
@@ -164,10 +165,17 @@ type Conn struct {
 	rmu  sync.Mutex
 	open cipher.AEAD
 	rseq uint64
-	rbuf []byte // a record read, then its plaintext
-	left []byte // what of the plaintext Read has not returned
+	r    *bufio.Reader // the records, read ahead
+	rbuf []byte        // a plaintext that Read's buffer could not hold
+	left []byte        // what of it Read has not returned
 	rerr error
 }
+
+// readAhead is how much of the stream a Conn reads at once: records
+// (headers included) are opened where they were read, and a read fetches
+// as many as have come, not a header and then a body, so a record costs
+// a fraction of a system call.
+const readAhead = 2 * (4 + MaxRecord + tagSize)
 
 func newConn(c net.Conn, wkey, rkey []byte) (*Conn, error) {
 	seal, err := gcm(wkey)
@@ -178,7 +186,7 @@ func newConn(c net.Conn, wkey, rkey []byte) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{Conn: c, seal: seal, open: open}, nil
+	return &Conn{Conn: c, seal: seal, open: open, r: bufio.NewReaderSize(c, readAhead)}, nil
 }
 
 func gcm(key []byte) (cipher.AEAD, error) {
@@ -230,11 +238,15 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if c.rerr != nil {
 			return 0, c.rerr
 		}
-		if err := c.readRecord(); err != nil {
+		n, err := c.readRecord(p)
+		if err != nil {
 			if !errors.Is(err, ErrAuth) && !errors.Is(err, io.EOF) {
 				return 0, err // a timeout, say: the stream is still whole
 			}
 			c.rerr = err
+		}
+		if n > 0 {
+			return n, nil
 		}
 	}
 	n := copy(p, c.left)
@@ -242,35 +254,51 @@ func (c *Conn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// readRecord reads and opens one record into c.left. A read that fails
-// mid-record (a deadline) leaves the stream out of step, so it ends
-// reading too, unless nothing of the record was read.
-func (c *Conn) readRecord() error {
-	var hdr [4]byte
-	if n, err := io.ReadFull(c.Conn, hdr[:]); err != nil {
-		if n == 0 {
-			return err
-		}
-		return fmt.Errorf("%w: a record cut short: %w", ErrAuth, err)
-	}
-	size := int(binary.BigEndian.Uint32(hdr[:]))
-	if size < tagSize || size > MaxRecord+tagSize {
-		return fmt.Errorf("%w: a record of %d bytes", ErrAuth, size)
-	}
-	if cap(c.rbuf) < size {
-		c.rbuf = make([]byte, MaxRecord+tagSize)
-	}
-	buf := c.rbuf[:size]
-	if _, err := io.ReadFull(c.Conn, buf); err != nil {
-		return fmt.Errorf("%w: a record cut short: %w", ErrAuth, err)
-	}
-	plain, err := c.open.Open(buf[:0], nonce(c.rseq), buf, hdr[:])
+// readRecord reads and opens one record: into p when its plaintext fits
+// there, returning its length, else into c.left. A read that fails
+// mid-record (a deadline) ends reading too, unless nothing of the record
+// was read.
+func (c *Conn) readRecord(p []byte) (int, error) {
+	hdr, err := c.r.Peek(4)
 	if err != nil {
-		return fmt.Errorf("%w: record %d does not open", ErrAuth, c.rseq)
+		return 0, c.cut(err)
+	}
+	size := int(binary.BigEndian.Uint32(hdr))
+	if size < tagSize || size > MaxRecord+tagSize {
+		return 0, fmt.Errorf("%w: a record of %d bytes", ErrAuth, size)
+	}
+	rec, err := c.r.Peek(4 + size)
+	if err != nil {
+		return 0, c.cut(err)
+	}
+	direct := len(p) >= size-tagSize
+	dst := p[:0]
+	if !direct {
+		if c.rbuf == nil {
+			c.rbuf = make([]byte, MaxRecord)
+		}
+		dst = c.rbuf[:0]
+	}
+	plain, err := c.open.Open(dst, nonce(c.rseq), rec[4:], rec[:4])
+	_, _ = c.r.Discard(4 + size) // Peek has it: Discard cannot fail
+	if err != nil {
+		return 0, fmt.Errorf("%w: record %d does not open", ErrAuth, c.rseq)
 	}
 	c.rseq++
+	if direct {
+		return len(plain), nil
+	}
 	c.left = plain
-	return nil
+	return 0, nil
+}
+
+// cut is the error of a read that did not bring a whole record: where it
+// brought part of one, a record cut short, which ends reading.
+func (c *Conn) cut(err error) error {
+	if c.r.Buffered() == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: a record cut short: %w", ErrAuth, err)
 }
 
 // CloseWrite shuts down the writing side of the connection beneath, when

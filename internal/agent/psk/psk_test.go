@@ -1,6 +1,7 @@
 package psk
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"errors"
@@ -15,7 +16,7 @@ import (
 
 // pair runs both handshakes over a TCP connection on loopback and
 // returns their results.
-func pair(t *testing.T, dialKey, acceptKey []byte) (d, a *Conn, derr, aerr error) {
+func pair(t testing.TB, dialKey, acceptKey []byte) (d, a *Conn, derr, aerr error) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -178,4 +179,36 @@ func TestARecordSentBackIsRefused(t *testing.T) {
 	go func() { _, _ = y.Write(sent.Bytes()); y.Close() }()
 	_, err = io.ReadAll(d)
 	assert.True(t, errors.Is(err, ErrAuth), "a reflected record opened: %v", err)
+}
+
+// BenchmarkStream carries frames as the agent's channel does (a 9-byte
+// header and a 128 KiB payload, one Write each) over loopback TCP, read
+// through a 64 KiB bufio.Reader as the agent and the client read them.
+func BenchmarkStream(b *testing.B) {
+	const frame = 9 + 128<<10
+	key := NewKey()
+	d, a, derr, aerr := pair(b, key, key)
+	if derr != nil || aerr != nil {
+		b.Fatal(derr, aerr)
+	}
+	go func() {
+		p := make([]byte, frame)
+		for {
+			if _, err := d.Write(p); err != nil {
+				return
+			}
+		}
+	}()
+	br := bufio.NewReaderSize(a, 64<<10)
+	hdr, payload := make([]byte, 9), make([]byte, frame-9)
+	b.SetBytes(frame)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := io.ReadFull(br, hdr); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(br, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
