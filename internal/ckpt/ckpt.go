@@ -1,0 +1,290 @@
+// Package ckpt reads and rewrites the checkpoint archives Podman exports
+// (`podman container checkpoint --export`, the libpod API's
+// checkpoint?export=true): an uncompressed tar holding CRIU's images under
+// checkpoint/, the container's config.dump and spec.dump, its layer's
+// changes and a few files more.
+//
+// A restore from such an archive makes the container config.dump
+// describes: its ID, name and labels, and the mounts of spec.dump. Podman
+// has no parameter to change the labels or the mounts, and its CLI
+// refuses a new name with established TCP connections, so a copy that is
+// a sandbox of its own (its own ID, owner and token) is made by
+// rewriting those two files on the way to the restore. Every other entry
+// passes through as it came, read once, never held whole.
+//
+// The package knows the archive's layout and nothing of Podman's API.
+package ckpt
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"path"
+	"regexp"
+)
+
+// The entries every archive Podman exports holds.
+const (
+	ConfigDump = "config.dump"              // the container's libpod configuration
+	SpecDump   = "spec.dump"                // its OCI runtime spec
+	Inventory  = "checkpoint/inventory.img" // CRIU's: present in every dump
+)
+
+// maxDump bounds how much of a .dump entry is read into memory: Podman's
+// are a few KiB.
+const maxDump = 16 << 20
+
+// ErrInvalid is the error of an archive that is not a whole checkpoint
+// (cut short, not a tar, without one of the entries every checkpoint
+// holds) and of an Identity Podman would refuse.
+var ErrInvalid = errors.New("ckpt: invalid checkpoint archive")
+
+var (
+	validID   = regexp.MustCompile(`^[0-9a-f]{64}$`)               // as Podman makes them
+	validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`) // as Podman accepts them
+)
+
+// Info is what an archive's config.dump says of the container it was
+// taken from.
+type Info struct {
+	ID     string            // the container's ID
+	Name   string            // its name
+	Image  string            // the image its root filesystem came from (rootfsImageName)
+	Labels map[string]string // its labels
+}
+
+// Identity is what a restored container is given in place of the
+// source's: Podman restores the ID, name and labels config.dump holds.
+type Identity struct {
+	// ID is the new container's ID: 64 lowercase hex digits, unique on
+	// the service. Required.
+	ID string
+	// Name is the new container's name. Required.
+	Name string
+	// Labels replace the source's labels whole. Nil leaves none.
+	Labels map[string]string
+	// Mounts maps a mount's destination in the container to the source
+	// it gets in the copy, in spec.dump (runc binds a mount at restore by
+	// its destination, from whatever source the spec then names). Mounts
+	// not named keep their source; a destination the spec lacks is an
+	// error.
+	Mounts map[string]string
+}
+
+func (id Identity) check() error {
+	if !validID.MatchString(id.ID) {
+		return fmt.Errorf("%w: container ID %q is not 64 lowercase hex digits", ErrInvalid, id.ID)
+	}
+	if !validName.MatchString(id.Name) {
+		return fmt.Errorf("%w: container name %q", ErrInvalid, id.Name)
+	}
+	return nil
+}
+
+// Inspect reads the archive r to its end and returns what its config.dump
+// says. It fails with ErrInvalid unless r is a whole archive holding
+// config.dump, spec.dump and CRIU's inventory: what a restore needs.
+// CRIU's page images are read past, never held.
+func Inspect(r io.Reader) (Info, error) {
+	var info Info
+	err := walk(r, func(name string, _ *tar.Header, body io.Reader) error {
+		if name != ConfigDump {
+			return nil
+		}
+		b, err := readDump(name, body)
+		if err != nil {
+			return err
+		}
+		var c struct {
+			ID     string            `json:"id"`
+			Name   string            `json:"name"`
+			Image  string            `json:"rootfsImageName"`
+			Labels map[string]string `json:"labels"`
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
+		}
+		info = Info(c)
+		return nil
+	})
+	return info, err
+}
+
+// Rewrite copies the archive r to w with config.dump and spec.dump
+// rewritten for id, every other entry as it came, and checks r as
+// Inspect does. What it wrote of a bad archive is no archive: the caller
+// drops it (a restore reading w fails on it). Fields of the two files
+// that Rewrite does not change are kept as they were, unknown ones too.
+func Rewrite(w io.Writer, r io.Reader, id Identity) error {
+	if err := id.check(); err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	err := walk(r, func(name string, h *tar.Header, body io.Reader) error {
+		var edit func([]byte) ([]byte, error)
+		switch name {
+		case ConfigDump:
+			edit = id.config
+		case SpecDump:
+			edit = id.spec
+		default:
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			_, err := io.Copy(tw, body)
+			return err
+		}
+		b, err := readDump(name, body)
+		if err != nil {
+			return err
+		}
+		if b, err = edit(b); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
+		}
+		nh := *h
+		nh.Size = int64(len(b))
+		if err := tw.WriteHeader(&nh); err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// config rewrites config.dump: the ID, name and labels.
+func (id Identity) config(b []byte) ([]byte, error) {
+	var c map[string]json.RawMessage
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	labels := id.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for k, v := range map[string]any{"id": id.ID, "name": id.Name, "labels": labels} {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		c[k] = raw
+	}
+	return json.Marshal(c)
+}
+
+// spec rewrites spec.dump: the sources of the mounts id names.
+func (id Identity) spec(b []byte) ([]byte, error) {
+	if len(id.Mounts) == 0 {
+		return b, nil
+	}
+	var s map[string]json.RawMessage
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	var mounts []map[string]json.RawMessage
+	if err := json.Unmarshal(s["mounts"], &mounts); err != nil {
+		return nil, fmt.Errorf("its mounts: %w", err)
+	}
+	left := maps.Clone(id.Mounts)
+	for _, m := range mounts {
+		var dest string
+		if err := json.Unmarshal(m["destination"], &dest); err != nil {
+			return nil, fmt.Errorf("a mount's destination: %w", err)
+		}
+		src, ok := left[dest]
+		if !ok {
+			continue
+		}
+		delete(left, dest)
+		raw, err := json.Marshal(src)
+		if err != nil {
+			return nil, err
+		}
+		m["source"] = raw
+	}
+	for dest := range left {
+		return nil, fmt.Errorf("no mount at %s", dest)
+	}
+	raw, err := json.Marshal(mounts)
+	if err != nil {
+		return nil, err
+	}
+	s["mounts"] = raw
+	return json.Marshal(s)
+}
+
+// walk calls f for every entry of the archive r, by its cleaned name,
+// then checks that r ended as a tar does (two zero blocks after the last
+// entry: an archive cut between entries reads as a shorter one to
+// archive/tar) and held every entry a restore needs. An entry named twice
+// is refused: which one Podman would take is not for podvm to guess.
+func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error) error {
+	cr := &counter{r: r}
+	tr := tar.NewReader(cr)
+	seen := map[string]bool{}
+	var end int64 // where the last entry's data and padding end
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			if cr.n < end+2*blockSize {
+				return fmt.Errorf("%w: cut short: no end-of-archive blocks", ErrInvalid)
+			}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		end = cr.n + (h.Size+blockSize-1)/blockSize*blockSize
+		name := path.Clean("/" + h.Name)[1:]
+		if seen[name] && h.Typeflag != tar.TypeDir {
+			return fmt.Errorf("%w: %s twice", ErrInvalid, name)
+		}
+		seen[name] = true
+		if err := f(name, h, tr); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("%w: %s cut short", ErrInvalid, name)
+			}
+			return err
+		}
+	}
+	for _, need := range []string{ConfigDump, SpecDump, Inventory} {
+		if !seen[need] {
+			return fmt.Errorf("%w: no %s", ErrInvalid, need)
+		}
+	}
+	return nil
+}
+
+// readDump reads the body of a .dump entry, refusing one too large to be
+// Podman's.
+func readDump(name string, body io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(body, maxDump+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxDump {
+		return nil, fmt.Errorf("%w: %s is over %d bytes", ErrInvalid, name, maxDump)
+	}
+	return b, nil
+}
+
+// blockSize is a tar block's.
+const blockSize = 512
+
+// counter counts what was read through it.
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,227 @@
+package ckpt
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// entry is a file of a test archive.
+type entry struct {
+	name string
+	body string
+	dir  bool
+}
+
+// config and spec are a config.dump and a spec.dump as Podman 5.4 writes
+// them, cut down, with a field podvm knows nothing of.
+const (
+	config = `{"id":"` + srcID + `","name":"src","rootfsImageName":"localhost/podvm-test:latest",` +
+		`"labels":{"io.podvm.token":"t1"},"unknownToPodvm":{"kept":[1,2]}}`
+	spec = `{"ociVersion":"1.0.0","mounts":[{"destination":"/proc","type":"proc","source":"proc"},` +
+		`{"destination":"/.podvm/ch","type":"bind","source":"/run/podvm/ch-1","options":["ro"]}],"other":true}`
+	srcID = "1111111111111111111111111111111111111111111111111111111111111111"
+	newID = "2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+// whole is an archive with every entry a restore needs, in Podman's
+// order, and a page image that must pass through byte for byte.
+var whole = []entry{
+	{name: "checkpoint", dir: true},
+	{name: "checkpoint/inventory.img", body: "inventory"},
+	{name: "checkpoint/pages-1.img", body: strings.Repeat("\x00\x01pages", 2000)},
+	{name: "config.dump", body: config},
+	{name: "./spec.dump", body: spec},
+	{name: "rootfs-diff.tar", body: "layer"},
+}
+
+func archive(t testing.TB, entries []entry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
+		if e.dir {
+			h = &tar.Header{Name: e.name + "/", Mode: 0o700, Typeflag: tar.TypeDir}
+		}
+		require.NoError(t, tw.WriteHeader(h))
+		_, err := tw.Write([]byte(e.body))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	return b.Bytes()
+}
+
+// entries reads an archive back: each entry's body by its name.
+func entries(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		require.NoError(t, err)
+		body, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		got[h.Name] = string(body)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	info, err := Inspect(bytes.NewReader(archive(t, whole)))
+	require.NoError(t, err)
+	assert.Equal(t, Info{ID: srcID, Name: "src", Image: "localhost/podvm-test:latest",
+		Labels: map[string]string{"io.podvm.token": "t1"}}, info)
+}
+
+// A copy's identity goes into config.dump and spec.dump; everything else,
+// fields podvm does not know included, is as it was.
+func TestRewrite(t *testing.T) {
+	t.Parallel()
+	src := archive(t, whole)
+	var out bytes.Buffer
+	id := Identity{ID: newID, Name: "podvm-copy", Labels: map[string]string{"io.podvm.token": "t2", "a": "b"},
+		Mounts: map[string]string{"/.podvm/ch": "/var/empty/ch"}}
+	require.NoError(t, Rewrite(&out, bytes.NewReader(src), id))
+
+	before, after := entries(t, src), entries(t, out.Bytes())
+	require.Len(t, after, len(before), "entries")
+	for name, body := range before {
+		if name == "config.dump" || name == "./spec.dump" {
+			continue
+		}
+		assert.Equal(t, body, after[name], "%s passes through", name)
+	}
+
+	var c map[string]any
+	require.NoError(t, json.Unmarshal([]byte(after["config.dump"]), &c))
+	assert.Equal(t, newID, c["id"])
+	assert.Equal(t, "podvm-copy", c["name"])
+	assert.Equal(t, map[string]any{"io.podvm.token": "t2", "a": "b"}, c["labels"])
+	assert.Equal(t, map[string]any{"kept": []any{1.0, 2.0}}, c["unknownToPodvm"], "a field podvm does not know")
+	assert.Equal(t, "localhost/podvm-test:latest", c["rootfsImageName"])
+
+	var s struct {
+		Mounts []struct{ Destination, Source string }
+		Other  bool
+	}
+	require.NoError(t, json.Unmarshal([]byte(after["./spec.dump"]), &s))
+	assert.Equal(t, "proc", s.Mounts[0].Source, "a mount not named")
+	assert.Equal(t, "/var/empty/ch", s.Mounts[1].Source, "the mount named")
+	assert.True(t, s.Other)
+
+	info, err := Inspect(bytes.NewReader(out.Bytes()))
+	require.NoError(t, err, "the rewritten archive is whole")
+	assert.Equal(t, newID, info.ID)
+}
+
+// Without mounts to change, spec.dump is left byte for byte.
+func TestRewriteLeavesSpecWithoutMounts(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.NoError(t, Rewrite(&out, bytes.NewReader(archive(t, whole)), Identity{ID: newID, Name: "c"}))
+	got := entries(t, out.Bytes())
+	assert.Equal(t, spec, got["./spec.dump"])
+	var c struct{ Labels map[string]string }
+	require.NoError(t, json.Unmarshal([]byte(got["config.dump"]), &c))
+	assert.Equal(t, map[string]string{}, c.Labels, "nil labels leave none of the source's")
+}
+
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	without := func(name string) []entry {
+		var es []entry
+		for _, e := range whole {
+			if e.name != name {
+				es = append(es, e)
+			}
+		}
+		return es
+	}
+	full := archive(t, whole)
+	tests := []struct {
+		name string
+		tar  []byte
+		id   Identity
+		want string
+	}{
+		{name: "no inventory", tar: archive(t, without("checkpoint/inventory.img")), want: "no checkpoint/inventory.img"},
+		{name: "no config.dump", tar: archive(t, without("config.dump")), want: "no config.dump"},
+		{name: "no spec.dump", tar: archive(t, without("./spec.dump")), want: "no spec.dump"},
+		{name: "cut inside an entry", tar: full[:3*blockSize+100], want: "invalid"},
+		{name: "cut between entries", tar: full[:len(full)-2*blockSize], want: "cut short"},
+		{name: "not a tar", tar: []byte(strings.Repeat("not a tar ", 100)), want: "invalid"},
+		{name: "empty", tar: nil, want: "no end-of-archive"},
+		{name: "config.dump twice", tar: archive(t, append(whole, entry{name: "config.dump", body: config})), want: "config.dump twice"},
+		{name: "config.dump not JSON", tar: archive(t, append(without("config.dump"), entry{name: "config.dump", body: "{"})), want: "config.dump"},
+		{name: "bad ID", tar: full, id: Identity{ID: "abc", Name: "c"}, want: "64 lowercase hex"},
+		{name: "bad name", tar: full, id: Identity{ID: newID, Name: "-c"}, want: "container name"},
+		{name: "no such mount", tar: full, id: Identity{ID: newID, Name: "c", Mounts: map[string]string{"/nowhere": "/x"}}, want: "no mount at /nowhere"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id := tt.id
+			if id.ID == "" {
+				id = Identity{ID: newID, Name: "c"}
+			}
+			err := Rewrite(io.Discard, bytes.NewReader(tt.tar), id)
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Contains(t, err.Error(), tt.want)
+			if tt.id.ID == "" {
+				_, err := Inspect(bytes.NewReader(tt.tar))
+				require.ErrorIs(t, err, ErrInvalid, "Inspect refuses it too")
+			}
+		})
+	}
+}
+
+// A reader's own failure is returned as it is, not as a bad archive: the
+// caller tells a disk error from a damaged checkpoint.
+func TestReadFailure(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	r := io.MultiReader(bytes.NewReader(archive(t, whole)[:2*blockSize]), failing{boom})
+	err := Rewrite(io.Discard, r, Identity{ID: newID, Name: "c"})
+	require.ErrorIs(t, err, boom)
+}
+
+type failing struct{ err error }
+
+func (f failing) Read([]byte) (int, error) { return 0, f.err }
+
+// Whatever the bytes, Rewrite and Inspect return an error or an archive
+// that restores as the identity given, and never panic.
+func FuzzRewrite(f *testing.F) {
+	f.Add(archive(f, whole))
+	f.Add(archive(f, whole)[:1500])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, ierr := Inspect(bytes.NewReader(b))
+		var out bytes.Buffer
+		err := Rewrite(&out, bytes.NewReader(b), Identity{ID: newID, Name: "c"})
+		if (err == nil) != (ierr == nil) {
+			t.Fatalf("Inspect: %v, Rewrite: %v", ierr, err)
+		}
+		if err != nil {
+			return
+		}
+		info, err := Inspect(bytes.NewReader(out.Bytes()))
+		if err != nil {
+			t.Fatalf("the rewritten archive: %v", err)
+		}
+		if info.ID != newID || info.Name != "c" {
+			t.Fatalf("rewritten as %+v", info)
+		}
+	})
+}
