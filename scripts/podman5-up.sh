@@ -46,8 +46,10 @@ CACHE=${PODVM_PODMAN5_CACHE:-/var/cache/podvm/podman5}
 
 # runc: crun fails on cgroup v1 hybrid hosts. netavark + nftables: the
 # bridge network. catatonit: PID 1 of the service's PID namespace.
-PACKAGES="podman conmon runc netavark nftables catatonit"
-RECIPE="trixie: $PACKAGES" # a rootfs built from another recipe is rebuilt
+# criu: checkpoints (trixie's 4.1 works on this kernel, bookworm's 3.17 does
+# not); iptables: CRIU locks a container's network with iptables-restore.
+PACKAGES="podman conmon runc netavark nftables catatonit criu iptables"
+RECIPE="trixie: $PACKAGES; criu without breakpoints" # a rootfs built from another recipe is rebuilt
 
 log() { echo "podman5-up: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -132,6 +134,15 @@ build_rootfs() {
 		chroot "$new" env DEBIAN_FRONTEND=noninteractive \
 			apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $packages
 		chroot "$new" apt-get clean
+		# CRIU stops a dumped process on its way out of the parasite with a
+		# hardware breakpoint. In this VM the breakpoint never fires, and
+		# every dump hangs at "Waiting for N to trap". CRIU_FAULT=130 (its
+		# FI_NO_BREAKPOINTS) makes it stop the process with PTRACE_SYSCALL
+		# instead; runc and Podman run criu with an environment of their
+		# own, so a wrapper sets it.
+		chroot "$new" dpkg-divert --local --rename --add /usr/sbin/criu
+		printf "#!/bin/sh\nCRIU_FAULT=130 exec /usr/sbin/criu.distrib \"\$@\"\n" >"$new/usr/sbin/criu"
+		chmod 755 "$new/usr/sbin/criu"
 		rm -rf "$new"/var/lib/apt/lists/* # tens of MB, stale by the next build anyway
 		chroot "$new" dpkg-query -W $packages
 	' build "$1" "$MIRROR" "$PACKAGES" >"$S5/rootfs.log" 2>&1 </dev/null; then
