@@ -11,7 +11,8 @@
 #   scripts/test-matrix.sh
 #
 # Per server: the vm test binary (go test -c -race), -test.run '^TestParity(Exec)?$'
-# (and TestRootlessLimits, which skips where limits are enforced),
+# (and TestRootlessLimits, which skips where limits are enforced, and
+# TestCheckpointSupport, supported on the 5.4 row alone),
 # with CONTAINER_HOST and PODVM_TEST_IMAGE of that server, PODVM_SERVER
 # (podman4 or podman5), PODVM_PODMAN (the podman CLI the CLI backend runs:
 # the host's podman for 4.3, scripts/podman5-cli for 5.4, which is remote
@@ -60,7 +61,7 @@ export PODVM_UNIXECHO="$OUT/unixecho"
 # `export` lines are ENV, with CLI as the CLI backend's podman (REMOTE=1: it
 # has no local mode), run by the command AS (scripts/as-rootless: as the
 # rootless user) or by this user; TESTS ("TestA|TestB") replace the
-# default tests (the parity suites and TestRootlessLimits).
+# default tests (the parity suites, TestRootlessLimits, TestCheckpointSupport).
 # Records the test binary's failure in
 # SERVER.failed and the podvm containers that appeared during the run, and
 # are still there after it, in SERVER.leaks; it removes none (the service
@@ -83,7 +84,7 @@ run() (
 	start=$(date +%s)
 	status=0
 	(cd vm && $as "$OUT/vm.test" -test.v -test.count=1 -test.timeout 30m \
-		-test.run "^(${tests:-TestParity|TestRootlessLimits})\$") >"$OUT/$server.log" 2>&1 || status=$?
+		-test.run "^(${tests:-TestParity|TestRootlessLimits|TestCheckpointSupport})\$") >"$OUT/$server.log" 2>&1 || status=$?
 	scripts/conformance-table.sh -r "$OUT/$server.log" >"$OUT/$server.cases" || true
 	tail -n 3 "$OUT/$server.log" >&2
 	log "$server: exit status $status after $(($(date +%s) - start)) s"
@@ -142,7 +143,7 @@ $(sample server)" "$REPO/scripts/podman5-cli" 1 # it has no local mode
 # them the channel's mount, Reap's owner check, the image archive.
 run rootless "$envr
 $(sample rootless)" /usr/bin/podman "" "$REPO/scripts/as-rootless" \
-	"TestParity|TestRootlessLimits|TestChannelDirIsClosedToTheSandbox|TestReap|TestImageArchive"
+	"TestParity|TestRootlessLimits|TestCheckpointSupport|TestChannelDirIsClosedToTheSandbox|TestReap|TestImageArchive"
 SERVERS="podman4 ssh podman5 rootless"
 
 # --- the table ----------------------------------------------------------------------

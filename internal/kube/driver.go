@@ -118,7 +118,10 @@ type Driver struct {
 	held    map[string]*stream // pod → the attach holding Main's stdin (both paths)
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver       = (*Driver)(nil)
+	_ driver.Checkpointer = (*Driver)(nil)
+)
 
 // New returns the driver that makes pods through c as o says.
 func New(c *Client, o Options) *Driver {
@@ -421,3 +424,15 @@ func (d *Driver) Address(ctx context.Context, id string) (string, error) {
 	}
 	return p.Status.PodIP, nil
 }
+
+// checkpoints is why a kube sandbox cannot be checkpointed.
+var checkpoints = fmt.Errorf("%w: checkpoints: Kubernetes: the kubelet can checkpoint a container (its /checkpoint endpoint), but nothing restores one", driver.ErrNotSupported)
+
+// CheckpointRefusal implements [driver.Checkpointer]: always refused.
+func (d *Driver) CheckpointRefusal(context.Context) error { return checkpoints }
+
+// Suspend implements [driver.Checkpointer]: always refused.
+func (d *Driver) Suspend(context.Context, string) error { return checkpoints }
+
+// Resume implements [driver.Checkpointer]: always refused.
+func (d *Driver) Resume(context.Context, string) error { return checkpoints }

@@ -100,6 +100,21 @@ func (c *Client) ContainerStart(ctx context.Context, id string) error {
 	return c.call(ctx, request{op: "container start", method: http.MethodPost, path: "/containers/%s/start", args: []string{id}})
 }
 
+// ContainerCheckpoint checkpoints running container id in place with
+// CRIU, its established TCP connections and file locks with it, and
+// stops it: a suspension that ContainerRestore ends.
+func (c *Client) ContainerCheckpoint(ctx context.Context, id string) error {
+	q := url.Values{"tcpEstablished": {"true"}, "fileLocks": {"true"}}
+	return c.call(ctx, request{op: "container checkpoint", method: http.MethodPost, path: "/containers/%s/checkpoint", args: []string{id}, query: q})
+}
+
+// ContainerRestore restores container id, checkpointed in place by
+// ContainerCheckpoint, and starts it.
+func (c *Client) ContainerRestore(ctx context.Context, id string) error {
+	q := url.Values{"tcpEstablished": {"true"}, "fileLocks": {"true"}}
+	return c.call(ctx, request{op: "container restore", method: http.MethodPost, path: "/containers/%s/restore", args: []string{id}, query: q})
+}
+
 // ContainerRemove removes container id with force and no stop timeout:
 // whatever runs in it is killed at once.
 func (c *Client) ContainerRemove(ctx context.Context, id string) error {

@@ -1,0 +1,27 @@
+package driver
+
+import "context"
+
+// This file is an optional capability of a [Driver]: checkpoints, a
+// running container's processes and memory saved with CRIU and restored.
+// Package vm checks a driver for it; one without it (Kubernetes: the
+// kubelet can checkpoint a container, but nothing restores one) answers
+// ErrNotSupported.
+
+// Checkpointer is what a [Driver] whose engine checkpoints containers
+// offers.
+type Checkpointer interface {
+	// CheckpointRefusal returns an error matching [ErrNotSupported] that
+	// names why, when the engine says it cannot checkpoint (rootless
+	// Podman: CRIU needs root), else nil. It asks the engine what it is,
+	// and changes nothing.
+	CheckpointRefusal(ctx context.Context) error
+	// Suspend checkpoints running container id in place, with its
+	// established TCP connections and file locks, and stops it: its
+	// memory is freed, CRIU's images stay in the engine's storage until
+	// [Checkpointer.Resume] or a removal. A failed dump leaves it
+	// running. The engine's own words, CRIU's included, are in the error.
+	Suspend(ctx context.Context, id string) error
+	// Resume restores container id, suspended by Suspend, in place.
+	Resume(ctx context.Context, id string) error
+}

@@ -1,0 +1,71 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/driver"
+)
+
+// localDriver is a driver whose Local alone answers; what a test calls
+// beyond it panics on the nil Driver.
+type localDriver struct {
+	driver.Driver
+	service string
+}
+
+func (d localDriver) Local() (bool, string) { return true, d.service }
+
+// refusing is a Checkpointer whose engine answers each CheckpointRefusal
+// with the next of its answers; it never gets to a probe.
+type refusing struct {
+	localDriver
+	answers []error
+	calls   int
+}
+
+func (r *refusing) CheckpointRefusal(context.Context) error {
+	r.calls++
+	return r.answers[r.calls-1]
+}
+func (r *refusing) Suspend(context.Context, string) error { panic("no probe") }
+func (r *refusing) Resume(context.Context, string) error  { panic("no probe") }
+
+func TestCheckpointSupportRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("not a Checkpointer", func(t *testing.T) {
+		t.Parallel()
+		v := &APIVM{}
+		v.d = localDriver{service: "engine://nowhere"}
+		v.prepare(Config{Image: "x"})
+		err := CheckpointSupport(ctx, v)
+		require.ErrorIs(t, err, ErrNotSupported)
+		assert.ErrorContains(t, err, "engine://nowhere cannot checkpoint")
+	})
+
+	t.Run("kept, unless the service was unreachable", func(t *testing.T) {
+		t.Parallel()
+		unreachable := fmt.Errorf("info: %w", ErrUnavailable)
+		rootless := fmt.Errorf("%w: rootless", ErrNotSupported)
+		d := &refusing{localDriver: localDriver{service: t.Name()}, answers: []error{unreachable, rootless}}
+		v := &APIVM{}
+		v.d = d
+		v.prepare(Config{Image: "x"})
+		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrUnavailable)
+		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrNotSupported, "asked again")
+		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrNotSupported, "kept")
+		assert.Equal(t, 2, d.calls)
+	})
+
+	t.Run("a VM that is no sandbox", func(t *testing.T) {
+		t.Parallel()
+		err := CheckpointSupport(ctx, struct{ VM }{})
+		require.ErrorIs(t, err, ErrNotSupported)
+	})
+}
