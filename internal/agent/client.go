@@ -104,8 +104,13 @@ type Client struct {
 	rw   io.ReadWriteCloser
 	info Info
 
-	wmu  sync.Mutex // serializes frames on rw
-	wbuf []byte     // the frames of one send, reused under wmu
+	// gate holds sends back while the agent is frozen: each send takes
+	// it shared, Freeze alone until Thaw.
+	gate     sync.RWMutex
+	freezeMu sync.Mutex // one Freeze or Thaw at a time; guards isFrozen
+	isFrozen bool
+	wmu      sync.Mutex // serializes frames on rw
+	wbuf     []byte     // the frames of one send, reused under wmu
 
 	mu   sync.Mutex
 	runs map[uint32]*clientRun
@@ -115,6 +120,8 @@ type Client struct {
 	// unasked cannot have a later Shutdown or Listen take a stale one.
 	byeAsked    atomic.Bool  // Shutdown sent: a Bye may come
 	listenAsked atomic.Int32 // Listens sent whose Listening has not come
+	frozenAsked atomic.Bool  // Freeze sent: its Frozen may come
+	frozen      chan struct{}
 
 	listenMu  sync.Mutex // one Listen at a time
 	listening chan wire.ListeningMsg
@@ -152,7 +159,7 @@ func NewClient(rw io.ReadWriteCloser) (*Client, error) {
 	c := &Client{
 		rw:   rw,
 		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
-		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1),
+		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1), frozen: make(chan struct{}, 1),
 		dead: make(chan struct{}), demuxDone: make(chan struct{}),
 	}
 	go c.demux(br)
@@ -232,6 +239,64 @@ func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) 
 	}
 }
 
+// Freeze stops the channel at a frame boundary for a checkpoint: once
+// it returns, the agent has sent its last frame before [Client.Thaw]
+// and the client has read everything before it, and until Thaw the
+// client sends nothing (calls that would, a Run's stdin or its start,
+// wait). Runs go on in the sandbox; their output waits in their pipes.
+// When ctx ends or the channel fails first, the agent is thawed as soon
+// as it answers, and Freeze returns the error. A second Freeze before
+// Thaw is an error.
+func (c *Client) Freeze(ctx context.Context) error {
+	c.freezeMu.Lock()
+	defer c.freezeMu.Unlock()
+	if c.isFrozen {
+		return errors.New("agent: freezing: already frozen")
+	}
+	c.gate.Lock()
+	c.frozenAsked.Store(true)
+	if err := c.write(wire.Frame{Type: wire.Freeze}); err != nil {
+		c.gate.Unlock()
+		return err
+	}
+	select {
+	case <-c.frozen:
+		if err := ctx.Err(); err != nil { // it ended too: not frozen after all
+			_ = c.write(wire.Frame{Type: wire.Thaw})
+			c.gate.Unlock()
+			return err
+		}
+		c.isFrozen = true
+		return nil
+	case <-c.dead:
+		c.gate.Unlock()
+		return c.err
+	case <-ctx.Done():
+		go func() { // its Frozen is still to come: thaw it then
+			defer c.gate.Unlock()
+			select {
+			case <-c.frozen:
+				_ = c.write(wire.Frame{Type: wire.Thaw})
+			case <-c.dead:
+			}
+		}()
+		return ctx.Err()
+	}
+}
+
+// Thaw lets a frozen channel go on: the agent sends again, and calls
+// that waited send. Thaw without a Freeze is an error.
+func (c *Client) Thaw() error {
+	c.freezeMu.Lock()
+	defer c.freezeMu.Unlock()
+	if !c.isFrozen {
+		return errors.New("agent: thawing: not frozen")
+	}
+	c.isFrozen = false
+	defer c.gate.Unlock()
+	return c.write(wire.Frame{Type: wire.Thaw})
+}
+
 func (c *Client) fail(cause error) {
 	c.failOnce.Do(func() {
 		c.err = fmt.Errorf("%w: %v", ErrChannelClosed, cause)
@@ -240,11 +305,19 @@ func (c *Client) fail(cause error) {
 	})
 }
 
-// send writes frames in one Write call. The write may block, holding
+// send writes frames in one Write call, once the agent is not frozen
+// (it waits for [Client.Thaw]). The write may block, holding
 // the others back, only as long as the channel itself does: the agent
 // reads every frame at once, whatever a run's consumer does (see Flow
 // control in the package documentation).
 func (c *Client) send(frames ...wire.Frame) error {
+	c.gate.RLock()
+	defer c.gate.RUnlock()
+	return c.write(frames...)
+}
+
+// write is send, frozen or not.
+func (c *Client) write(frames ...wire.Frame) error {
 	for _, f := range frames {
 		if len(f.Payload) > wire.MaxPayload {
 			return fmt.Errorf("%w: payload of %d bytes", wire.ErrProtocol, len(f.Payload))
@@ -311,6 +384,17 @@ func (c *Client) route(f wire.Frame) error {
 			return nil
 		default: // never block the reading of frames, whatever the agent sends
 			return fmt.Errorf("%w: a second Bye", wire.ErrProtocol)
+		}
+	}
+	if f.Type == wire.Frozen {
+		if !c.frozenAsked.CompareAndSwap(true, false) {
+			return fmt.Errorf("%w: a Frozen frame nobody asked for", wire.ErrProtocol)
+		}
+		select {
+		case c.frozen <- struct{}{}: // what the one Freeze in flight waits for
+			return nil
+		default: // never block the reading of frames
+			return fmt.Errorf("%w: a second Frozen", wire.ErrProtocol)
 		}
 	}
 	if f.Type == wire.Listening {

@@ -32,6 +32,16 @@
 //	Bye      a→c  id 0   whether every process is dead
 //	Listen   c→a  id 0   a key: serve more channels on a TCP port (see Peers)
 //	Listening a→c id 0   the port, or why not
+//	Freeze   c→a  id 0   send nothing more on this channel until Thaw
+//	Frozen   a→c  id 0   the last frame before Thaw
+//	Thaw     c→a  id 0   go on
+//
+// Freeze stops a channel at a frame boundary, empty both ways, for a
+// checkpoint ([Client.Freeze]): the client sends nothing from its Freeze
+// to its Thaw, and the agent, once its sends in flight are written,
+// nothing from its Frozen on; runs go on, their output waiting in their
+// pipes. A frozen agent takes nothing but Thaw: any other frame is a
+// protocol error, and a channel that ends while frozen ends as any other.
 //
 // The client picks run ids; Started, Stdout and Stderr of a run all come
 // before its Exit (a start failure has no Started). [Client.Run] waits

@@ -164,9 +164,13 @@ type session struct {
 	in    *bufio.Reader
 	out   io.Writer
 	close func()
-	wmu   sync.Mutex
-	wbuf  []byte // a frame being written, reused under wmu
-	werr  error
+	// gate holds the session's frames back while its client has it
+	// frozen (Freeze to Thaw): every send takes it shared, Freeze alone.
+	gate   sync.RWMutex
+	frozen bool // Freeze held gate; the serve goroutine's alone
+	wmu    sync.Mutex
+	wbuf   []byte // a frame being written, reused under wmu
+	werr   error
 	// noSplice: splice refused the channel (splice_linux.go); under wmu.
 	noSplice bool
 	mu       sync.Mutex
@@ -183,9 +187,17 @@ func (a *agent) newSession(in io.Reader, out io.Writer, close func()) *session {
 	return s
 }
 
-// send writes one frame in one Write call; after a write error the
-// session is closed and every later send fails.
+// send writes one frame in one Write call, once the session is not
+// frozen; after a write error the session is closed and every later send
+// fails.
 func (s *session) send(f wire.Frame) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	return s.write(f)
+}
+
+// write is send, frozen or not.
+func (s *session) write(f wire.Frame) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.werr == nil {
@@ -213,6 +225,10 @@ func (s *session) serve() {
 		}
 	}
 	s.close()
+	if s.frozen { // the runs' last sends fail on the closed channel, not wait
+		s.frozen = false
+		s.gate.Unlock()
+	}
 	s.killAll()
 	s.wg.Wait()
 	s.a.mu.Lock()
@@ -221,7 +237,25 @@ func (s *session) serve() {
 }
 
 func (s *session) dispatch(f wire.Frame) error {
+	if s.frozen != (f.Type == wire.Thaw) {
+		if s.frozen {
+			return fmt.Errorf("%w: frame type %d while frozen", wire.ErrProtocol, f.Type)
+		}
+		return fmt.Errorf("%w: Thaw without Freeze", wire.ErrProtocol)
+	}
 	switch f.Type {
+	case wire.Freeze:
+		// Once the sends in flight are written, none goes until Thaw:
+		// Frozen is the last frame, and the channel stands at a frame
+		// boundary, empty both ways (the client sends nothing either),
+		// for a checkpoint to take.
+		s.gate.Lock()
+		s.frozen = true
+		return s.write(wire.Frame{Type: wire.Frozen})
+	case wire.Thaw:
+		s.frozen = false
+		s.gate.Unlock()
+		return nil
 	case wire.Shutdown:
 		go s.a.shutdown(s)
 		return nil

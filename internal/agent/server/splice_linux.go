@@ -131,10 +131,12 @@ func spliceIn(src syscall.RawConn, w, n int) (int, error) {
 
 // sendSpliced sends a frame of type typ for run id whose payload is the
 // k bytes in pipe r: its header, then the bytes spliced behind it, under
-// the lock that keeps frames whole. Where splice refuses the channel,
-// the bytes are read from the pipe and written, and the session splices
-// no more. A failure closes the session, as send's does.
+// the lock that keeps frames whole, once the session is not frozen.
+// Where splice refuses the channel, the bytes are read from the pipe and
+// written, and the session splices no more. A failure closes the session, as send's does.
 func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.RawConn) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.werr != nil {

@@ -17,7 +17,8 @@ import (
 // and Signal frames, for processes held by handle; Dial frames, for
 // connections to the sandbox's network; terminals (StartMsg.TTY, Resize).
 // Version 4: Listen and Listening frames, for channels over a network.
-const Version = 4
+// Version 5: Freeze, Frozen and Thaw, for checkpoints.
+const Version = 5
 
 // Type is a frame's type.
 type Type uint8
@@ -40,6 +41,9 @@ const (
 	Resize                    // client→agent: a ResizeMsg for the run's terminal
 	Listen                    // client→agent, run id 0: a ListenMsg, serve channels on a TCP port
 	Listening                 // agent→client, run id 0: a ListeningMsg, the answer to Listen
+	Freeze                    // client→agent, run id 0: send nothing more on this channel until Thaw
+	Frozen                    // agent→client, run id 0: the answer to Freeze, its last frame before Thaw
+	Thaw                      // client→agent, run id 0: the session goes on
 )
 
 // The streams a Credit frame refers to.
