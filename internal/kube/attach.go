@@ -109,8 +109,9 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		outW.CloseWithError(why)
 	}()
 	d.mu.Lock()
-	tarball, install := d.agents[id]
+	tarball := d.installs[id]
 	d.mu.Unlock()
+	install := tarball != nil
 	go func() {
 		// The gate's line, once its first dot came through this attach:
 		// the container runs and the attach reaches it (pod.go's gate).
@@ -133,7 +134,7 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		// before deleting the pod.
 		d.mu.Lock()
 		d.held[id] = s
-		delete(d.agents, id) // written on this attach, or it ends
+		delete(d.installs, id) // written on this attach, or it ends
 		d.mu.Unlock()
 		out := &dotless{r: outR, early: func(err error) error { return d.diagnose(id, err) }}
 		return &attached{s: s, in: inW, out: out}, nil

@@ -111,11 +111,12 @@ type Driver struct {
 	c *Client
 	o Options
 
-	mu      sync.Mutex
-	arch    string             // the nodes' architecture, once Image found it
-	pending map[string]bool    // pods whose agent's tar CopyIn is yet to give
-	agents  map[string][]byte  // pod → the agent's tar stream, for Attach to write
-	held    map[string]*stream // pod → the attach holding Main's stdin (both paths)
+	mu   sync.Mutex
+	arch string // the nodes' architecture, once Image found it
+	// installs: pod → the agent's tar stream, for Attach to write; nil
+	// while CopyIn is yet to give it.
+	installs map[string][]byte
+	held     map[string]*stream // pod → the attach holding Main's stdin (both paths)
 }
 
 var (
@@ -125,7 +126,7 @@ var (
 
 // New returns the driver that makes pods through c as o says.
 func New(c *Client, o Options) *Driver {
-	return &Driver{c: c, o: o, pending: map[string]bool{}, agents: map[string][]byte{}, held: map[string]*stream{}}
+	return &Driver{c: c, o: o, installs: map[string][]byte{}, held: map[string]*stream{}}
 }
 
 // Image returns the architecture of the cluster's nodes (the first Ready
@@ -237,7 +238,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	}
 	if spec.Agent != "" {
 		d.mu.Lock()
-		d.pending[id] = true
+		d.installs[id] = nil
 		d.mu.Unlock()
 		return id, nil
 	}
@@ -256,9 +257,13 @@ const cleanupTimeout = 30 * time.Second
 // the container's user (exec.go).
 func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error {
 	d.mu.Lock()
-	install := d.pending[id] && dir == "/"
-	delete(d.pending, id)
+	given, ok := d.installs[id]
+	waiting := ok && given == nil
+	if waiting {
+		delete(d.installs, id) // whatever this CopyIn is: only the first can install
+	}
 	d.mu.Unlock()
+	install := waiting && dir == "/"
 	if !install {
 		return d.tarIn(ctx, id, dir, r)
 	}
@@ -273,7 +278,7 @@ func (d *Driver) CopyIn(ctx context.Context, id, dir string, r io.Reader) error 
 		return fmt.Errorf("%w: kube: installing the agent: %w", driver.ErrInvalidConfig, err)
 	}
 	d.mu.Lock()
-	d.agents[id] = tarball
+	d.installs[id] = tarball
 	d.mu.Unlock()
 	return nil
 }
@@ -346,8 +351,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	d.mu.Lock()
 	held := d.held[id]
 	delete(d.held, id)
-	delete(d.pending, id)
-	delete(d.agents, id)
+	delete(d.installs, id)
 	d.mu.Unlock()
 	if held != nil {
 		held.end(ctx, endWait)
@@ -396,8 +400,7 @@ func (d *Driver) Close() {
 	d.mu.Lock()
 	held := d.held
 	d.held = map[string]*stream{}
-	clear(d.pending)
-	clear(d.agents)
+	clear(d.installs)
 	d.mu.Unlock()
 	for _, s := range held {
 		s.Close()

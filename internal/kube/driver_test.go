@@ -100,7 +100,7 @@ func TestCreatePolicyRefused(t *testing.T) {
 	assert.Equal(t, int64(0), *del.GetDeleteOptions().GracePeriodSeconds)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	assert.Empty(t, d.pending, "CopyIn would keep an agent for a deleted pod")
+	assert.Empty(t, d.installs, "CopyIn would keep an agent for a deleted pod")
 }
 
 // session is a held attach of the tests' own: it records, in order, its
@@ -296,7 +296,7 @@ func TestCopyInKeepsTheAgent(t *testing.T) {
 	require.NoError(t, d.CopyIn(ctx, id, "/", bytes.NewReader(stream)))
 	assert.Equal(t, []string{"create pods"}, verbs(cs), "no request but the pod's")
 	d.mu.Lock()
-	kept := d.agents[id]
+	kept := d.installs[id]
 	d.mu.Unlock()
 	assert.Zero(t, len(kept)%512, "whole 512-byte blocks")
 	entries, err := testkit.Untar(kept)
@@ -305,7 +305,7 @@ func TestCopyInKeepsTheAgent(t *testing.T) {
 
 	require.NoError(t, d.Remove(ctx, id))
 	d.mu.Lock()
-	assert.Empty(t, d.agents, "Remove forgets the agent")
+	assert.Empty(t, d.installs, "Remove forgets the agent")
 	d.mu.Unlock()
 
 	id, err = d.Create(ctx, baseSpec())
@@ -313,7 +313,7 @@ func TestCopyInKeepsTheAgent(t *testing.T) {
 	require.NoError(t, d.CopyIn(ctx, id, "/", bytes.NewReader(stream)))
 	d.Close()
 	d.mu.Lock()
-	assert.Empty(t, d.agents, "Close forgets the agents of pods not removed")
+	assert.Empty(t, d.installs, "Close forgets the agents of pods not removed")
 	d.mu.Unlock()
 
 	// Over the bound, or no tar stream: refused.
