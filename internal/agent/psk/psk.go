@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 )
 
@@ -256,8 +257,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // readRecord reads and opens one record: into p when its plaintext fits
 // there, returning its length, else into c.left. A read that fails
-// mid-record (a deadline) ends reading too, unless nothing of the record
-// was read.
+// mid-record ends reading too, unless it timed out (see cut).
 func (c *Conn) readRecord(p []byte) (int, error) {
 	hdr, err := c.r.Peek(4)
 	if err != nil {
@@ -292,10 +292,13 @@ func (c *Conn) readRecord(p []byte) (int, error) {
 	return 0, nil
 }
 
-// cut is the error of a read that did not bring a whole record: where it
-// brought part of one, a record cut short, which ends reading.
+// cut is the error of a read that did not bring a whole record. A
+// timeout (a deadline) consumed nothing: what came of the record stays
+// read ahead, and a later Read goes on with it. Otherwise, where the
+// read brought part of a record, that record was cut short, which ends
+// reading.
 func (c *Conn) cut(err error) error {
-	if c.r.Buffered() == 0 {
+	if c.r.Buffered() == 0 || errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
 	return fmt.Errorf("%w: a record cut short: %w", ErrAuth, err)

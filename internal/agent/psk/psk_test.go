@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -212,3 +213,56 @@ func BenchmarkStream(b *testing.B) {
 		}
 	}
 }
+
+// A read whose deadline passes in the middle of a record loses nothing:
+// the next Read, without a deadline, returns the record whole. Reads of
+// every size, a plaintext larger than the Read's buffer and an empty
+// record come through as written.
+func TestReadsOfEverySize(t *testing.T) {
+	key := NewKey()
+	d, a, derr, aerr := pair(t, key, key)
+	require.NoError(t, derr)
+	require.NoError(t, aerr)
+	defer d.Close()
+	defer a.Close()
+
+	msg := make([]byte, MaxRecord+100)
+	_, _ = rand.Read(msg)
+	var sealed bytes.Buffer // the records of msg, as d would write them
+	raw := d.Conn
+	d.Conn = writerConn{Conn: raw, w: &sealed}
+	_, err := d.Write(msg)
+	d.Conn = raw
+	require.NoError(t, err)
+	half := sealed.Len() / 2
+	_, err = raw.Write(sealed.Bytes()[:half])
+	require.NoError(t, err)
+	require.NoError(t, a.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	_, err = a.Read(make([]byte, 10))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NotErrorIs(t, err, ErrAuth, "a timeout is no cut record")
+	require.NoError(t, a.SetReadDeadline(time.Time{}))
+	_, err = raw.Write(sealed.Bytes()[half:])
+	require.NoError(t, err)
+	_, err = d.Write(nil) // an empty record, then more
+	require.NoError(t, err)
+	_, err = d.Write([]byte("end"))
+	require.NoError(t, err)
+
+	var got []byte
+	for size := 1; len(got) < len(msg)+3; size = size*3 + 1 {
+		b := make([]byte, min(size, 9000))
+		n, err := a.Read(b)
+		require.NoError(t, err)
+		got = append(got, b[:n]...)
+	}
+	assert.Equal(t, append(msg, "end"...), got)
+}
+
+// writerConn is a connection whose writes go to w instead.
+type writerConn struct {
+	net.Conn
+	w io.Writer
+}
+
+func (c writerConn) Write(p []byte) (int, error) { return c.w.Write(p) }
