@@ -98,19 +98,27 @@ func Inspect(r io.Reader) (Info, error) {
 		if err != nil {
 			return err
 		}
-		var c struct {
-			ID     string            `json:"id"`
-			Name   string            `json:"name"`
-			Image  string            `json:"rootfsImageName"`
-			Labels map[string]string `json:"labels"`
-		}
-		if err := json.Unmarshal(b, &c); err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
-		}
-		info = Info(c)
-		return nil
+		info, err = decodeConfig(b)
+		return err
 	})
 	return info, err
+}
+
+// decodeConfig reads what Info holds of a config.dump.
+func decodeConfig(b []byte) (Info, error) {
+	var c *struct {
+		ID     string            `json:"id"`
+		Name   string            `json:"name"`
+		Image  string            `json:"rootfsImageName"`
+		Labels map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Info{}, fmt.Errorf("%w: %s: %w", ErrInvalid, ConfigDump, err)
+	}
+	if c == nil {
+		return Info{}, fmt.Errorf("%w: %s is null", ErrInvalid, ConfigDump)
+	}
+	return Info(*c), nil
 }
 
 // Rewrite copies the archive r to w with config.dump and spec.dump
@@ -160,6 +168,9 @@ func Rewrite(w io.Writer, r io.Reader, id Identity) error {
 
 // config rewrites config.dump: the ID, name and labels.
 func (id Identity) config(b []byte) ([]byte, error) {
+	if _, err := decodeConfig(b); err != nil { // what Inspect refuses
+		return nil, err
+	}
 	var c map[string]json.RawMessage
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, err
@@ -238,20 +249,30 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 			break
 		}
 		if err != nil {
+			if cr.err != nil {
+				return cr.err // the reader's own failure, not the archive's
+			}
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		end = cr.n + (h.Size+blockSize-1)/blockSize*blockSize
 		name := path.Clean("/" + h.Name)[1:]
 		if seen[name] && h.Typeflag != tar.TypeDir {
 			return fmt.Errorf("%w: %s twice", ErrInvalid, name)
 		}
 		seen[name] = true
-		if err := f(name, h, tr); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return fmt.Errorf("%w: %s cut short", ErrInvalid, name)
-			}
+		err = f(name, h, tr)
+		if err == nil {
+			_, err = io.Copy(io.Discard, tr) // what f left of the body
+		}
+		switch {
+		case err == nil:
+		case cr.err != nil:
+			return cr.err
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return fmt.Errorf("%w: %s cut short", ErrInvalid, name)
+		default:
 			return err
 		}
+		end = (cr.n + blockSize - 1) / blockSize * blockSize
 	}
 	for _, need := range []string{ConfigDump, SpecDump, Inventory} {
 		if !seen[need] {
@@ -277,14 +298,19 @@ func readDump(name string, body io.Reader) ([]byte, error) {
 // blockSize is a tar block's.
 const blockSize = 512
 
-// counter counts what was read through it.
+// counter counts what was read through it, and keeps the reader's
+// failure (an end is none).
 type counter struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	err error
 }
 
 func (c *counter) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
 	return n, err
 }

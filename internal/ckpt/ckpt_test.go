@@ -164,6 +164,8 @@ func TestRefused(t *testing.T) {
 		{name: "empty", tar: nil, want: "no end-of-archive"},
 		{name: "config.dump twice", tar: archive(t, append(whole, entry{name: "config.dump", body: config})), want: "config.dump twice"},
 		{name: "config.dump not JSON", tar: archive(t, append(without("config.dump"), entry{name: "config.dump", body: "{"})), want: "config.dump"},
+		{name: "config.dump null", tar: archive(t, append(without("config.dump"), entry{name: "config.dump", body: "null"})), want: "config.dump is null"},
+		{name: "config.dump of the wrong shape", tar: archive(t, append(without("config.dump"), entry{name: "config.dump", body: `{"rootfsImageName":1}`})), want: "config.dump"},
 		{name: "bad ID", tar: full, id: Identity{ID: "abc", Name: "c"}, want: "64 lowercase hex"},
 		{name: "bad name", tar: full, id: Identity{ID: newID, Name: "-c"}, want: "container name"},
 		{name: "no such mount", tar: full, id: Identity{ID: newID, Name: "c", Mounts: map[string]string{"/nowhere": "/x"}}, want: "no mount at /nowhere"},
@@ -191,9 +193,30 @@ func TestRefused(t *testing.T) {
 func TestReadFailure(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
-	r := io.MultiReader(bytes.NewReader(archive(t, whole)[:2*blockSize]), failing{boom})
-	err := Rewrite(io.Discard, r, Identity{ID: newID, Name: "c"})
-	require.ErrorIs(t, err, boom)
+	full := archive(t, whole)
+	for name, at := range map[string]int{"inside a body": 2*blockSize + 100, "at a header": 2 * blockSize} {
+		r := io.MultiReader(bytes.NewReader(full[:at]), failing{boom})
+		err := Rewrite(io.Discard, r, Identity{ID: newID, Name: "c"})
+		require.ErrorIs(t, err, boom, name)
+		assert.NotErrorIs(t, err, ErrInvalid, name)
+	}
+}
+
+// Entries with a size and no data (a hard link's header may say one)
+// are read past, not taken for a cut archive.
+func TestHeaderOnlyEntries(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range whole {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.body)), Typeflag: tar.TypeReg}))
+		_, err := tw.Write([]byte(e.body))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "link", Linkname: "config.dump", Typeflag: tar.TypeLink, Size: 5000}))
+	require.NoError(t, tw.Close())
+	_, err := Inspect(bytes.NewReader(b.Bytes()))
+	require.NoError(t, err)
 }
 
 type failing struct{ err error }
@@ -206,6 +229,16 @@ func FuzzRewrite(f *testing.F) {
 	f.Add(archive(f, whole))
 	f.Add(archive(f, whole)[:1500])
 	f.Add([]byte{})
+	for _, config := range []string{"null", `{"rootfsImageName":1}`, `[]`} {
+		var es []entry
+		for _, e := range whole {
+			if e.name == "config.dump" {
+				e.body = config
+			}
+			es = append(es, e)
+		}
+		f.Add(archive(f, es))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, ierr := Inspect(bytes.NewReader(b))
 		var out bytes.Buffer
