@@ -16,9 +16,10 @@ import (
 // This file decides, before anything of the caller's changes, whether the
 // engine can do it at all.
 
-// checkpointProbeTimeout bounds the probe's dump and its restore. Each
-// takes well under a second where CRIU works; where the kernel never
-// fires CRIU's breakpoints, a dump never ends.
+// checkpointProbeTimeout bounds each of the probe's steps: its dump, its
+// restore, and on the exec path its command. Each takes well under a
+// second where CRIU works; where the kernel never fires CRIU's
+// breakpoints, a dump never ends.
 const checkpointProbeTimeout = 30 * time.Second
 
 // CheckpointSupport reports whether the engine of v can checkpoint its
@@ -48,22 +49,26 @@ func CheckpointSupport(ctx context.Context, v VM) error {
 // checkpointProbes holds the probe's answer (error, nil included) for
 // each backend, service, image and kind of sandbox, as checkpointKey
 // names them: the backends reach CRIU through different paths, and the
-// two kinds of sandbox have different mounts for CRIU to restore.
-var checkpointProbes sync.Map
+// kinds of sandbox have different mounts and networks for CRIU to dump
+// and restore. checkpointProbing serializes the probes of one key, so
+// that callers at once make one probe sandbox, not one each.
+var checkpointProbes, checkpointProbing sync.Map
 
 type checkpointKey struct {
-	backend, service, image string
-	podmanExec              bool
+	backend, service, image, network string
+	podmanExec                       bool
 }
 
 func (s *sandbox) checkpointSupport(ctx context.Context) error {
+	_, service := s.d.Local()
 	c, ok := s.d.(driver.Checkpointer)
 	if !ok {
-		_, service := s.d.Local()
 		return fmt.Errorf("%w: checkpoints: the engine of %s cannot checkpoint containers", ErrNotSupported, service)
 	}
-	_, service := s.d.Local()
-	key := checkpointKey{fmt.Sprintf("%T", s.d), service, s.cfg.Image, s.cfg.PodmanExec}
+	key := checkpointKey{fmt.Sprintf("%T", s.d), service, s.cfg.Image, s.cfg.Network, s.cfg.PodmanExec}
+	mu, _ := checkpointProbing.LoadOrStore(key, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	if err, ok := checkpointProbes.Load(key); ok {
 		err, _ := err.(error)
 		return err
@@ -72,73 +77,81 @@ func (s *sandbox) checkpointSupport(ctx context.Context) error {
 	if err == nil {
 		err = s.probeCheckpoint(ctx, c)
 	}
-	if errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
-		return err // it may come back, or answer another time
+	// An answer is kept; a failure to get one (the service unreachable,
+	// ctx, the probe's own trouble) is not.
+	if err == nil || errors.Is(err, ErrNotSupported) && !errors.Is(err, ErrUnavailable) && ctx.Err() == nil {
+		checkpointProbes.Store(key, err)
 	}
-	checkpointProbes.Store(key, err)
 	return err
 }
 
 // probeCheckpoint suspends and resumes a probe sandbox like s (its image,
-// the agent or Podman exec) on s's engine, through c, and removes it. A
-// failure of the engine's at that is ErrNotSupported, naming the service
-// and the engine's words. On the exec path the resumed probe runs a
-// command; through the agent, whose channel ends with the dump (its
-// resumption is the checkpoint's own work), the restore's success is the
-// answer.
+// network, the agent or Podman exec) on s's engine, through c, and
+// removes it. A failure of the engine's at that is ErrNotSupported,
+// naming the service and the engine's words. On the exec path the
+// resumed probe runs a command; through the agent, whose channel ends
+// with the dump (its resumption is the checkpoint's own work), the
+// restore's success is the answer. The dump and the restore run to their
+// end when ctx ends (finishDespiteCancel), so that the removal does not
+// meet a container the engine still holds.
 func (s *sandbox) probeCheckpoint(ctx context.Context, c driver.Checkpointer) error {
 	_, service := s.d.Local()
 	var p sandbox
-	p.prepare(Config{Image: s.cfg.Image, PodmanExec: s.cfg.PodmanExec, Pids: s.cfg.Pids, Name: "podvm-criu-probe-" + randomHex()[:12]})
-	p.d = unclosed{s.d} // s's: the probe's Remove must not close it
-	if err := p.Create(ctx); err != nil {
+	p.prepare(Config{Image: s.cfg.Image, Network: s.cfg.Network, PodmanExec: s.cfg.PodmanExec, Pids: s.cfg.Pids,
+		Pull: s.cfg.Pull, ImageArchive: s.cfg.ImageArchive, Name: "podvm-criu-probe-" + randomHex()[:12]})
+	// s's driver, lent: the probe's Remove must not close it. (What else
+	// the driver offers, as Limiter, the probe does without.)
+	p.d = unclosed{s.d}
+	remove := func(err error) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = p.Remove(rctx)
-		return fmt.Errorf("vm: checkpoints: the probe sandbox: %w", err)
+		if rerr := p.Remove(rctx); rerr != nil {
+			return errors.Join(err, fmt.Errorf("vm: checkpoints: removing the probe sandbox %s: %w", p.cfg.Name, rerr))
+		}
+		return err
+	}
+	if err := p.Create(ctx); err != nil {
+		return remove(fmt.Errorf("vm: checkpoints: the probe sandbox: %w", err))
 	}
 	id := p.state().id
 	refuse := func(step string, err error) error {
+		if errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return err // no answer
+		}
 		return fmt.Errorf("%w: checkpoints: the Podman service %s cannot %s a container: %w", ErrNotSupported, service, step, err)
 	}
-	err := func() error {
+	// step runs a step to its end, bounded; timedOut: the bound, not
+	// ctx, ended it.
+	step := func(what string, f func(context.Context, string) error) (timedOut bool, err error) {
 		pctx, cancel := context.WithTimeout(ctx, checkpointProbeTimeout)
 		defer cancel()
-		err := c.Suspend(pctx, id)
-		switch {
-		case err != nil && ctx.Err() == nil && pctx.Err() != nil:
-			return refuse("checkpoint", fmt.Errorf("the dump did not end within %v. CRIU stops a dumped process with a hardware breakpoint, which never fires in some VMs; CRIU_FAULT=130 in criu's environment makes it use PTRACE_SYSCALL instead. The probe container %s stays locked by the dump until criu is killed on the service's host", checkpointProbeTimeout, p.cfg.Name))
-		case err != nil && ctx.Err() == nil:
-			return refuse("checkpoint", err)
-		case err != nil:
-			return err
-		}
-		if err := c.Resume(pctx, id); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			return refuse("restore", err)
-		}
-		if !p.cfg.PodmanExec {
-			return nil
-		}
+		_, err = finishDespiteCancel(pctx, what+" the probe", func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, f(ctx, id)
+		})
+		return err != nil && ctx.Err() == nil && pctx.Err() != nil, err
+	}
+	if timedOut, err := step("checkpoint", c.Suspend); timedOut {
+		return remove(refuse("checkpoint", fmt.Errorf("the dump did not end within %v. CRIU stops a dumped process with a hardware breakpoint, which never fires in some VMs; CRIU_FAULT=130 in criu's environment makes it use PTRACE_SYSCALL instead. The probe container %s stays locked by the dump until criu is killed on the service's host: %w", checkpointProbeTimeout, p.cfg.Name, err)))
+	} else if err != nil {
+		return remove(refuse("checkpoint", err))
+	}
+	if timedOut, err := step("restore", c.Resume); timedOut {
+		return remove(refuse("restore", fmt.Errorf("the restore did not end within %v: %w", checkpointProbeTimeout, err)))
+	} else if err != nil {
+		return remove(refuse("restore", err))
+	}
+	if p.cfg.PodmanExec {
+		pctx, cancel := context.WithTimeout(ctx, checkpointProbeTimeout)
+		defer cancel()
 		res, err := p.Run(pctx, exec.Command{Args: []string{"true"}})
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return err
 		case err != nil:
-			return refuse("restore", fmt.Errorf("the restored probe does not run a command: %w", err))
+			return remove(refuse("restore", fmt.Errorf("the restored probe does not run a command: %w", err)))
 		case res.ExitCode != 0:
-			return refuse("restore", fmt.Errorf("the restored probe ran `true` with exit %d", res.ExitCode))
+			return remove(refuse("restore", fmt.Errorf("the restored probe ran `true` with exit %d", res.ExitCode)))
 		}
-		return nil
-	}()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if rerr := p.Remove(rctx); rerr != nil && err == nil {
-		return fmt.Errorf("vm: checkpoints: removing the probe sandbox: %w", rerr)
 	}
-	return err
+	return remove(nil)
 }
 
 // unclosed is a driver whose Close does nothing: another sandbox's,

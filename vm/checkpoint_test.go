@@ -49,18 +49,20 @@ func TestCheckpointSupportRefusals(t *testing.T) {
 		assert.ErrorContains(t, err, "engine://nowhere cannot checkpoint")
 	})
 
-	t.Run("kept, unless the service was unreachable", func(t *testing.T) {
+	t.Run("an answer is kept, a failure to get one is not", func(t *testing.T) {
 		t.Parallel()
 		unreachable := fmt.Errorf("info: %w", ErrUnavailable)
+		failed := fmt.Errorf("info: %w", ErrPodman)
 		rootless := fmt.Errorf("%w: rootless", ErrNotSupported)
-		d := &refusing{localDriver: localDriver{service: t.Name()}, answers: []error{unreachable, rootless}}
+		d := &refusing{localDriver: localDriver{service: t.Name()}, answers: []error{unreachable, failed, rootless}}
 		v := &APIVM{}
 		v.d = d
 		v.prepare(Config{Image: "x"})
 		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrUnavailable)
+		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrPodman, "asked again")
 		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrNotSupported, "asked again")
 		require.ErrorIs(t, CheckpointSupport(ctx, v), ErrNotSupported, "kept")
-		assert.Equal(t, 2, d.calls)
+		assert.Equal(t, 3, d.calls)
 	})
 
 	t.Run("a VM that is no sandbox", func(t *testing.T) {

@@ -428,14 +428,14 @@ func (d *Driver) Address(ctx context.Context, id string) (string, error) {
 	return p.Status.PodIP, nil
 }
 
-// checkpoints is why a kube sandbox cannot be checkpointed.
-var checkpoints = fmt.Errorf("%w: checkpoints: Kubernetes: the kubelet can checkpoint a container (its /checkpoint endpoint), but nothing restores one", driver.ErrNotSupported)
+// errCheckpoints is why a kube sandbox cannot be checkpointed.
+var errCheckpoints = fmt.Errorf("%w: checkpoints: Kubernetes: the kubelet can checkpoint a container (its /checkpoint endpoint), but nothing restores one", driver.ErrNotSupported)
 
 // CheckpointRefusal implements [driver.Checkpointer]: always refused.
-func (d *Driver) CheckpointRefusal(context.Context) error { return checkpoints }
+func (d *Driver) CheckpointRefusal(context.Context) error { return errCheckpoints }
 
 // Suspend implements [driver.Checkpointer]: always refused.
-func (d *Driver) Suspend(context.Context, string) error { return checkpoints }
+func (d *Driver) Suspend(context.Context, string) error { return errCheckpoints }
 
 // Resume implements [driver.Checkpointer]: always refused.
-func (d *Driver) Resume(context.Context, string) error { return checkpoints }
+func (d *Driver) Resume(context.Context, string) error { return errCheckpoints }
