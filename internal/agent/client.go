@@ -101,12 +101,11 @@ type Info struct {
 // Client runs commands through one agent over one channel. Its methods
 // are safe for concurrent use.
 type Client struct {
+	rwMu sync.Mutex // guards rw against Rebind's replacing it, for fail
 	rw   io.ReadWriteCloser
 	info Info
 
-	// gate holds sends back while the agent is frozen: each send takes
-	// it shared, Freeze alone until Thaw.
-	gate     sync.RWMutex
+	gate     sendGate   // holds sends back while the agent is frozen
 	freezeMu sync.Mutex // one Freeze or Thaw at a time; guards isFrozen
 	isFrozen bool
 	wmu      sync.Mutex // serializes frames on rw
@@ -118,18 +117,22 @@ type Client struct {
 	bye  chan wire.ByeMsg
 	// Answers are taken only when asked for: an agent that sends them
 	// unasked cannot have a later Shutdown or Listen take a stale one.
-	byeAsked    atomic.Bool  // Shutdown sent: a Bye may come
-	listenAsked atomic.Int32 // Listens sent whose Listening has not come
-	frozenAsked atomic.Bool  // Freeze sent: its Frozen may come
-	frozen      chan struct{}
+	byeAsked    atomic.Bool   // Shutdown sent: a Bye may come
+	listenAsked atomic.Int32  // Listens sent whose Listening has not come
+	frozenAsked atomic.Bool   // Freeze sent: its Frozen may come
+	frozenAns   chan struct{} // Frozen came
 
 	listenMu  sync.Mutex // one Listen at a time
 	listening chan wire.ListeningMsg
 
-	dead      chan struct{} // closed once the channel is unusable
-	err       error         // why, set before dead is closed
-	failOnce  sync.Once
-	demuxDone chan struct{}
+	dead     chan struct{} // closed once the channel is unusable
+	err      error         // why, set before dead is closed
+	failOnce sync.Once
+	// detaching: Detach ended the stream, whose end is no failure; the
+	// runs wait for Rebind.
+	detaching atomic.Bool
+	demuxMu   sync.Mutex
+	demuxDone chan struct{} // closed once the current stream's reading stopped
 }
 
 // NewClient reads the agent's handshake from rw and returns a client that
@@ -139,31 +142,39 @@ type Client struct {
 // network connections).
 func NewClient(rw io.ReadWriteCloser) (*Client, error) {
 	br := bufio.NewReaderSize(rw, 64<<10)
-	f, err := wire.Read(br)
+	h, err := handshake(br)
 	if err != nil {
 		rw.Close()
-		return nil, fmt.Errorf("%w: reading the handshake: %w", ErrChannelClosed, err)
+		return nil, err
+	}
+	c := &Client{
+		rw:   rw,
+		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
+		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1), frozenAns: make(chan struct{}, 1),
+		dead: make(chan struct{}), demuxDone: make(chan struct{}),
+	}
+	c.gate.idle.L = &c.gate.mu
+	go c.demux(br, c.demuxDone)
+	return c, nil
+}
+
+// handshake reads the agent's Hello, of this client's version.
+func handshake(br *bufio.Reader) (wire.HelloMsg, error) {
+	f, err := wire.Read(br)
+	if err != nil {
+		return wire.HelloMsg{}, fmt.Errorf("%w: reading the handshake: %w", ErrChannelClosed, err)
 	}
 	h, err := wire.DecodeHello(f.Payload)
 	if err == nil && f.Type != wire.Hello {
 		err = fmt.Errorf("%w: first frame of type %d", wire.ErrProtocol, f.Type)
 	}
 	if err != nil {
-		rw.Close()
-		return nil, err
+		return h, err
 	}
 	if h.Version != wire.Version {
-		rw.Close()
-		return nil, fmt.Errorf("%w: %d (this client speaks %d)", ErrVersion, h.Version, wire.Version)
+		return h, fmt.Errorf("%w: %d (this client speaks %d)", ErrVersion, h.Version, wire.Version)
 	}
-	c := &Client{
-		rw:   rw,
-		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
-		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1), frozen: make(chan struct{}, 1),
-		dead: make(chan struct{}), demuxDone: make(chan struct{}),
-	}
-	go c.demux(br)
-	return c, nil
+	return h, nil
 }
 
 // Info returns the agent's handshake.
@@ -175,8 +186,17 @@ func (c *Client) Info() Info { return c.info }
 // a Writer still blocked in Write ends when that Write returns).
 func (c *Client) Close() error {
 	c.fail(errors.New("closed by the client"))
-	<-c.demuxDone
+	<-c.reading()
+	c.endRuns() // a detached client's: no reading of frames ended them
 	return nil
+}
+
+// reading returns what is closed once the current stream's reading
+// stopped.
+func (c *Client) reading() <-chan struct{} {
+	c.demuxMu.Lock()
+	defer c.demuxMu.Unlock()
+	return c.demuxDone
 }
 
 // Shutdown asks the agent to kill every run and exit, and waits for its
@@ -242,40 +262,46 @@ func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) 
 // Freeze stops the channel at a frame boundary for a checkpoint: once
 // it returns, the agent has sent its last frame before [Client.Thaw]
 // and the client has read everything before it, and until Thaw the
-// client sends nothing (calls that would, a Run's stdin or its start,
-// wait). Runs go on in the sandbox; their output waits in their pipes.
-// When ctx ends or the channel fails first, the agent is thawed as soon
-// as it answers, and Freeze returns the error. A second Freeze before
-// Thaw is an error.
+// client sends nothing. Every call that would send waits, whatever its
+// ctx, until Thaw, [Client.Rebind] or the channel's end (Close): a
+// Run's start, its stdin and a Kill when its ctx ends, a Dial, a
+// Listen, the credit that lets more output come. A freeze is meant to
+// last as long as a checkpoint. Runs go on in the sandbox; their output
+// waits in their pipes. When ctx ends or the channel fails first, the
+// agent is thawed as soon as it answers, and Freeze returns the error.
+// A second Freeze before Thaw is an error.
 func (c *Client) Freeze(ctx context.Context) error {
 	c.freezeMu.Lock()
 	defer c.freezeMu.Unlock()
 	if c.isFrozen {
 		return errors.New("agent: freezing: already frozen")
 	}
-	c.gate.Lock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.gate.shut()
 	c.frozenAsked.Store(true)
 	if err := c.write(wire.Frame{Type: wire.Freeze}); err != nil {
-		c.gate.Unlock()
+		c.gate.open()
 		return err
 	}
 	select {
-	case <-c.frozen:
+	case <-c.frozenAns:
 		if err := ctx.Err(); err != nil { // it ended too: not frozen after all
 			_ = c.write(wire.Frame{Type: wire.Thaw})
-			c.gate.Unlock()
+			c.gate.open()
 			return err
 		}
 		c.isFrozen = true
 		return nil
 	case <-c.dead:
-		c.gate.Unlock()
+		c.gate.open()
 		return c.err
 	case <-ctx.Done():
 		go func() { // its Frozen is still to come: thaw it then
-			defer c.gate.Unlock()
+			defer c.gate.open()
 			select {
-			case <-c.frozen:
+			case <-c.frozenAns:
 				_ = c.write(wire.Frame{Type: wire.Thaw})
 			case <-c.dead:
 			}
@@ -289,30 +315,115 @@ func (c *Client) Freeze(ctx context.Context) error {
 func (c *Client) Thaw() error {
 	c.freezeMu.Lock()
 	defer c.freezeMu.Unlock()
-	if !c.isFrozen {
+	switch {
+	case !c.isFrozen:
 		return errors.New("agent: thawing: not frozen")
+	case c.detaching.Load():
+		return errors.New("agent: thawing: detached (Rebind thaws)")
 	}
 	c.isFrozen = false
-	defer c.gate.Unlock()
+	defer c.gate.open()
 	return c.write(wire.Frame{Type: wire.Thaw})
+}
+
+// Detach lets the stream of a frozen client end, as a checkpoint that
+// stops the sandbox ends it: the client closes it and waits until its
+// reading stopped. Its runs, held processes and their handles, and
+// every call waiting to send, wait for [Client.Rebind]; [Client.Close]
+// ends them. Detach is an error unless frozen, and once detached.
+func (c *Client) Detach() error {
+	c.freezeMu.Lock()
+	defer c.freezeMu.Unlock()
+	if !c.isFrozen {
+		return errors.New("agent: detaching: not frozen")
+	}
+	if c.detaching.Swap(true) {
+		return errors.New("agent: detaching: already detached")
+	}
+	c.rwMu.Lock()
+	rw := c.rw
+	c.rwMu.Unlock()
+	rw.Close()
+	<-c.reading()
+	return nil
+}
+
+// Rebind moves a detached client to rw, a new stream to the same agent
+// (a restored sandbox's), and thaws it: the agent answers Resume with
+// its handshake, then sends what it held back, and the runs go on. When
+// the handshake fails or ctx ends first, rw is closed and the client
+// stays detached, for another Rebind or Close. The client owns rw.
+func (c *Client) Rebind(ctx context.Context, rw io.ReadWriteCloser) error {
+	c.freezeMu.Lock()
+	defer c.freezeMu.Unlock()
+	if !c.isFrozen || !c.detaching.Load() {
+		rw.Close()
+		return errors.New("agent: rebinding: not detached")
+	}
+	select {
+	case <-c.dead:
+		rw.Close()
+		return c.err
+	default:
+	}
+	br := bufio.NewReaderSize(rw, 64<<10)
+	stop := context.AfterFunc(ctx, func() { rw.Close() })
+	err := wire.Write(rw, wire.Frame{Type: wire.Resume})
+	if err == nil {
+		_, err = handshake(br)
+	}
+	if !stop() {
+		err = ctx.Err()
+	}
+	if err != nil {
+		rw.Close()
+		return fmt.Errorf("agent: rebinding: %w", err)
+	}
+	c.wmu.Lock() // no send holds it: they wait at the gate
+	c.rwMu.Lock()
+	c.rw = rw
+	select {
+	case <-c.dead: // Close came meanwhile, and closed the old stream
+		c.rwMu.Unlock()
+		c.wmu.Unlock()
+		rw.Close()
+		return c.err
+	default:
+	}
+	c.rwMu.Unlock()
+	c.wmu.Unlock()
+	done := make(chan struct{})
+	c.demuxMu.Lock()
+	c.demuxDone = done
+	c.demuxMu.Unlock()
+	c.detaching.Store(false)
+	go c.demux(br, done)
+	c.isFrozen = false
+	c.gate.open()
+	return nil
 }
 
 func (c *Client) fail(cause error) {
 	c.failOnce.Do(func() {
 		c.err = fmt.Errorf("%w: %v", ErrChannelClosed, cause)
 		close(c.dead)
-		c.rw.Close()
+		c.rwMu.Lock()
+		rw := c.rw
+		c.rwMu.Unlock()
+		rw.Close()
 	})
 }
 
-// send writes frames in one Write call, once the agent is not frozen
-// (it waits for [Client.Thaw]). The write may block, holding
-// the others back, only as long as the channel itself does: the agent
-// reads every frame at once, whatever a run's consumer does (see Flow
-// control in the package documentation).
+// send writes frames in one Write call, once the agent is not frozen (it
+// waits for [Client.Thaw], or the channel's failure). The write may
+// block, holding the others back, only as long as the channel itself
+// does: the agent reads every frame at once, whatever a run's consumer
+// does (see Flow control in the package documentation).
 func (c *Client) send(frames ...wire.Frame) error {
-	c.gate.RLock()
-	defer c.gate.RUnlock()
+	if !c.gate.enter(c.dead) {
+		return c.err
+	}
+	defer c.gate.leave()
 	return c.write(frames...)
 }
 
@@ -348,11 +459,14 @@ func (c *Client) write(frames ...wire.Frame) error {
 
 // demux reads every frame and hands it to its run without ever blocking
 // on a run's consumer: each stream holds at most its window.
-func (c *Client) demux(br *bufio.Reader) {
-	defer close(c.demuxDone)
+func (c *Client) demux(br *bufio.Reader, done chan struct{}) {
+	defer close(done)
 	for {
 		f, err := wire.ReadStream(br)
 		if err != nil {
+			if c.detaching.Load() {
+				return // Detach ended the stream: the runs wait for Rebind
+			}
 			c.fail(err)
 			break
 		}
@@ -361,6 +475,11 @@ func (c *Client) demux(br *bufio.Reader) {
 			break
 		}
 	}
+	c.endRuns()
+}
+
+// endRuns ends every run: the channel failed.
+func (c *Client) endRuns() {
 	c.mu.Lock()
 	runs := c.runs
 	c.runs = map[uint32]*clientRun{}
@@ -391,7 +510,7 @@ func (c *Client) route(f wire.Frame) error {
 			return fmt.Errorf("%w: a Frozen frame nobody asked for", wire.ErrProtocol)
 		}
 		select {
-		case c.frozen <- struct{}{}: // what the one Freeze in flight waits for
+		case c.frozenAns <- struct{}{}: // what the one Freeze in flight waits for
 			return nil
 		default: // never block the reading of frames
 			return fmt.Errorf("%w: a second Frozen", wire.ErrProtocol)
@@ -837,4 +956,59 @@ func validate(req Request) error {
 		}
 	}
 	return nil
+}
+
+// sendGate lets sends through, but for a Freeze: shut waits for the
+// sends in flight and holds every later one back until open. A send
+// held back gives up once the client is dead.
+type sendGate struct {
+	mu       sync.Mutex
+	idle     sync.Cond // on mu: signalled when the last send in flight left
+	inflight int
+	held     chan struct{} // while shut: closed by open
+}
+
+// enter waits until the gate is open, or dead is closed (false).
+func (g *sendGate) enter(dead <-chan struct{}) bool {
+	g.mu.Lock()
+	for g.held != nil {
+		held := g.held
+		g.mu.Unlock()
+		select {
+		case <-held:
+		case <-dead:
+			return false
+		}
+		g.mu.Lock()
+	}
+	g.inflight++
+	g.mu.Unlock()
+	return true
+}
+
+// leave ends a send that entered.
+func (g *sendGate) leave() {
+	g.mu.Lock()
+	if g.inflight--; g.inflight == 0 {
+		g.idle.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// shut holds later sends back and waits for those in flight.
+func (g *sendGate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = make(chan struct{})
+	for g.inflight > 0 {
+		g.idle.Wait()
+	}
+}
+
+// open lets the sends held back go.
+func (g *sendGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.held)
+	g.held = nil
 }

@@ -35,13 +35,19 @@
 //	Freeze   c→a  id 0   send nothing more on this channel until Thaw
 //	Frozen   a→c  id 0   the last frame before Thaw
 //	Thaw     c→a  id 0   go on
+//	Resume   c→a  id 0   go on, on the stream this came on: Hello first
 //
 // Freeze stops a channel at a frame boundary, empty both ways, for a
 // checkpoint ([Client.Freeze]): the client sends nothing from its Freeze
 // to its Thaw, and the agent, once its sends in flight are written,
 // nothing from its Frozen on; runs go on, their output waiting in their
-// pipes. A frozen agent takes nothing but Thaw: any other frame is a
-// protocol error, and a channel that ends while frozen ends as any other.
+// pipes. A frozen agent takes nothing but Thaw or Resume: any other frame
+// is a protocol error, and a channel that ends while frozen ends as any
+// other. Where a checkpoint stops the sandbox, its stream ends with it
+// ([Client.Detach]); restored, the agent reads the same descriptors, now
+// a new stream's, and the client comes back on that stream with Resume
+// ([Client.Rebind]): the agent says Hello again, then sends what it held
+// back, and every run, held process and handle goes on.
 //
 // The client picks run ids; Started, Stdout and Stderr of a run all come
 // before its Exit (a start failure has no Started). [Client.Run] waits

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/internal/agent/wire"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // While frozen the agent sends nothing: a run that ends in the sandbox
@@ -114,4 +117,162 @@ func TestFreezeCancelled(t *testing.T) {
 	assert.Equal(t, "hi\n", a.sh(context.Background(), "echo hi").stdout, "thawed once the agent answered")
 	require.NoError(t, a.Freeze(context.Background()))
 	require.NoError(t, a.Thaw())
+}
+
+// relay stands between a client and the agent's stdio as conmon stands
+// between podvm and a sandbox's agent: cut ends the client's stream and
+// leaves the agent's as it is, and stream gives the same agent a new
+// one, as a restored sandbox's new conmon does.
+type relay struct {
+	in io.Writer // the agent's stdin
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	out  *io.PipeWriter // to the current stream; nil between streams
+	from *io.PipeReader // from it
+}
+
+// relayed starts an agent behind a relay, and returns both.
+func relayed(t *testing.T) (*testAgent, *relay) {
+	t.Helper()
+	needAgent(t)
+	r := &relay{}
+	r.cond = sync.NewCond(&r.mu)
+	a := startAgentVia(t, agentBin, func(out io.Reader, in io.Writer) io.ReadWriteCloser {
+		r.in = in
+		go r.pump(out)
+		return r.stream()
+	})
+	return a, r
+}
+
+// pump carries the agent's output to whichever stream is current; it
+// waits while there is none.
+func (r *relay) pump(out io.Reader) {
+	b := make([]byte, 64<<10)
+	for {
+		n, err := out.Read(b)
+		if err != nil {
+			r.mu.Lock()
+			if r.out != nil {
+				r.out.CloseWithError(err)
+			}
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Lock()
+		for r.out == nil {
+			r.cond.Wait()
+		}
+		w := r.out
+		r.mu.Unlock()
+		_, _ = w.Write(b[:n])
+	}
+}
+
+// stream makes a new stream to the agent, current from now on.
+func (r *relay) stream() io.ReadWriteCloser {
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	go func() { _, _ = io.Copy(r.in, inR) }()
+	r.mu.Lock()
+	r.out, r.from = outW, inR
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	return &relayEnd{Reader: outR, Writer: inW, close: func() { outR.Close(); inW.Close() }}
+}
+
+// cut ends the current stream, as conmon's exit ends an attach.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.out.Close()
+	r.from.Close()
+	r.out, r.from = nil, nil
+}
+
+type relayEnd struct {
+	io.Reader
+	io.Writer
+	close func()
+}
+
+func (e *relayEnd) Close() error { e.close(); return nil }
+
+// A client frozen, detached from a stream that ended and rebound to a
+// new one goes on where it was: a process held by handle answers on the
+// same handle, output made in between arrives once, on its own run, and
+// new runs work.
+func TestRebindGoesOnWhereItWas(t *testing.T) {
+	t.Parallel()
+	a, r := relayed(t)
+	ctx := context.Background()
+	var out testkit.LockedBuffer
+	stdinR, stdinW := io.Pipe()
+	p, err := a.Start(ctx, Request{Argv: []string{"sh", "-c", "while read l; do echo got $l; done"}}, stdinR, &out, io.Discard)
+	require.NoError(t, err)
+	late := make(chan result, 1)
+	go func() { late <- a.sh(ctx, "sleep 0.5; echo late") }()
+	_, _ = stdinW.Write([]byte("one\n"))
+	require.Eventually(t, func() bool { return out.String() == "got one\n" }, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.Detach())
+	r.cut()
+	assert.Error(t, a.Thaw(), "a detached client thaws by Rebind")
+	time.Sleep(time.Second) // the late run ends in the sandbox, unheard
+	select {
+	case res := <-late:
+		t.Fatalf("a run ended while detached: %+v", res)
+	default:
+	}
+	require.NoError(t, a.Rebind(ctx, r.stream()))
+
+	res := <-late
+	require.NoError(t, res.err)
+	assert.Equal(t, "late\n", res.stdout, "output held back, delivered once")
+	_, _ = stdinW.Write([]byte("two\n"))
+	require.Eventually(t, func() bool { return out.String() == "got one\ngot two\n" }, 10*time.Second, 10*time.Millisecond, "the same handle")
+	assert.Equal(t, "hi\n", a.sh(ctx, "echo hi").stdout, "a new run")
+	stdinW.Close()
+	ex, err := p.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, ex.Code)
+}
+
+// Rebind refuses a client that is not detached, and a stream whose
+// agent does not answer (ctx ends) leaves it detached for another try;
+// Close ends a detached client's runs.
+func TestRebindRefusals(t *testing.T) {
+	t.Parallel()
+	a, r := relayed(t)
+	ctx := context.Background()
+	idle, _ := io.Pipe()
+	require.Error(t, a.Rebind(ctx, &relayEnd{Reader: idle, Writer: io.Discard, close: func() { idle.Close() }}), "not detached")
+	require.Error(t, a.Detach(), "not frozen")
+	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.Detach())
+	r.cut()
+
+	silent, _ := io.Pipe() // a stream that never answers
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := a.Rebind(sctx, &relayEnd{Reader: silent, Writer: io.Discard, close: func() { silent.Close() }})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, a.Rebind(ctx, r.stream()), "still detached: another try")
+	assert.Equal(t, "hi\n", a.sh(ctx, "echo hi").stdout)
+
+	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.Detach())
+	r.cut()
+	ended := make(chan error, 1)
+	go func() { ended <- a.sh(ctx, "echo never").err }() // waits at the gate
+	time.Sleep(100 * time.Millisecond)
+	a.Close()
+	select {
+	case err := <-ended:
+		assert.ErrorIs(t, err, ErrChannelClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call waiting on a detached client outlived its Close")
+	}
 }

@@ -129,6 +129,16 @@ func startAgentArgs(t testing.TB, args ...string) *testAgent {
 // startAgentBinary is startAgent with the agent executable at bin.
 func startAgentBinary(t testing.TB, bin string, args ...string) *testAgent {
 	t.Helper()
+	return startAgentVia(t, bin, func(out io.Reader, in io.Writer) io.ReadWriteCloser {
+		return &pipes{Reader: out, Writer: in, closers: []io.Closer{in.(io.Closer), out.(io.Closer)}}
+	}, args...)
+}
+
+// startAgentVia is startAgentBinary with the client's channel made by
+// via from the agent's stdout and stdin; the test's cleanup closes them
+// after the client.
+func startAgentVia(t testing.TB, bin string, via func(out io.Reader, in io.Writer) io.ReadWriteCloser, args ...string) *testAgent {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
@@ -141,7 +151,7 @@ func startAgentBinary(t testing.TB, bin string, args ...string) *testAgent {
 	outW.Close()
 	a := &testAgent{cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(a.done) }()
-	a.Client, err = NewClient(&pipes{Reader: outR, Writer: inW, closers: []io.Closer{inW, outR}})
+	a.Client, err = NewClient(via(outR, inW))
 	if err != nil {
 		_ = cmd.Process.Kill()
 		<-a.done
@@ -149,6 +159,8 @@ func startAgentBinary(t testing.TB, bin string, args ...string) *testAgent {
 	}
 	t.Cleanup(func() {
 		a.Close()
+		inW.Close() // the agent's stdin at its end: it exits
+		outR.Close()
 		select {
 		case <-a.done:
 		case <-time.After(30 * time.Second):

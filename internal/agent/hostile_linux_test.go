@@ -23,7 +23,7 @@ import (
 // process's sockets.
 func TestHostileAgentOpensNothing(t *testing.T) {
 	types := []wire.Type{0, 200}
-	for ty := wire.Hello; ty <= wire.Thaw; ty++ {
+	for ty := wire.Hello; ty <= wire.Resume; ty++ {
 		types = append(types, ty)
 	}
 	// Nothing, noise, and each message well formed.

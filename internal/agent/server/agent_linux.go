@@ -115,8 +115,9 @@ func (a *agent) sweep(bound time.Duration) error {
 	}
 }
 
-// shutdown kills every run of every session, waits for their reports,
-// ends the shims and orphans, says Bye on bye (when not nil) and exits.
+// shutdown ends every session but bye, kills every run, waits for their
+// reports, ends the shims and orphans, says Bye on bye (when not nil)
+// and exits.
 func (a *agent) shutdown(bye *session) {
 	a.downOnce.Do(func() {
 		a.mu.Lock()
@@ -126,6 +127,12 @@ func (a *agent) shutdown(bye *session) {
 		}
 		a.mu.Unlock()
 		for _, s := range all {
+			if s != bye {
+				// Its end, not its Exit frames: a session frozen for a
+				// checkpoint would hold its runs' reports back until
+				// the grace ran out.
+				s.close()
+			}
 			s.killAll()
 		}
 		var problems []string
@@ -213,10 +220,7 @@ func (s *session) write(f wire.Frame) error {
 // ends or breaks the protocol; then it kills the session's runs and
 // waits for them.
 func (s *session) serve() {
-	wd, _ := os.Getwd()
-	hello := wire.HelloMsg{Version: wire.Version, PID: uint32(os.Getpid()), UID: uint32(os.Getuid()),
-		GID: uint32(os.Getgid()), Arch: runtime.GOARCH, GoVersion: runtime.Version(), Dir: wd}
-	if s.send(wire.Frame{Type: wire.Hello, Payload: hello.Encode()}) == nil {
+	if s.send(wire.Frame{Type: wire.Hello, Payload: s.hello().Encode()}) == nil {
 		for {
 			f, err := wire.ReadStream(s.in)
 			if err != nil || s.dispatch(f) != nil {
@@ -236,12 +240,19 @@ func (s *session) serve() {
 	s.a.mu.Unlock()
 }
 
+// hello is the agent's handshake.
+func (s *session) hello() wire.HelloMsg {
+	wd, _ := os.Getwd()
+	return wire.HelloMsg{Version: wire.Version, PID: uint32(os.Getpid()), UID: uint32(os.Getuid()),
+		GID: uint32(os.Getgid()), Arch: runtime.GOARCH, GoVersion: runtime.Version(), Dir: wd}
+}
+
 func (s *session) dispatch(f wire.Frame) error {
-	if s.frozen != (f.Type == wire.Thaw) {
+	if thaws := f.Type == wire.Thaw || f.Type == wire.Resume; s.frozen != thaws {
 		if s.frozen {
 			return fmt.Errorf("%w: frame type %d while frozen", wire.ErrProtocol, f.Type)
 		}
-		return fmt.Errorf("%w: Thaw without Freeze", wire.ErrProtocol)
+		return fmt.Errorf("%w: frame type %d without Freeze", wire.ErrProtocol, f.Type)
 	}
 	switch f.Type {
 	case wire.Freeze:
@@ -252,10 +263,17 @@ func (s *session) dispatch(f wire.Frame) error {
 		s.gate.Lock()
 		s.frozen = true
 		return s.write(wire.Frame{Type: wire.Frozen})
-	case wire.Thaw:
+	case wire.Thaw, wire.Resume:
+		var err error
+		if f.Type == wire.Resume {
+			// The client came back on another stream (a restored
+			// sandbox's conmon, the same descriptors here): Hello goes
+			// first, before any frame the gate held back.
+			err = s.write(wire.Frame{Type: wire.Hello, Payload: s.hello().Encode()})
+		}
 		s.frozen = false
 		s.gate.Unlock()
-		return nil
+		return err
 	case wire.Shutdown:
 		go s.a.shutdown(s)
 		return nil
@@ -600,6 +618,7 @@ func (r *run) pumpStdin(f io.WriteCloser) {
 			return
 		}
 		chunk := r.stdin[0]
+		r.stdin[0] = nil // recycled below: the queue keeps no hold on it
 		r.stdin = r.stdin[1:]
 		r.mu.Unlock()
 		if !broken {

@@ -17,7 +17,7 @@ import (
 // and Signal frames, for processes held by handle; Dial frames, for
 // connections to the sandbox's network; terminals (StartMsg.TTY, Resize).
 // Version 4: Listen and Listening frames, for channels over a network.
-// Version 5: Freeze, Frozen and Thaw, for checkpoints.
+// Version 5: Freeze, Frozen, Thaw and Resume, for checkpoints.
 const Version = 5
 
 // Type is a frame's type.
@@ -44,6 +44,7 @@ const (
 	Freeze                    // client→agent, run id 0: send nothing more on this channel until Thaw
 	Frozen                    // agent→client, run id 0: the answer to Freeze, its last frame before Thaw
 	Thaw                      // client→agent, run id 0: the session goes on
+	Resume                    // client→agent, run id 0: Thaw, on a channel the client came back on; the agent says Hello first
 )
 
 // The streams a Credit frame refers to.
