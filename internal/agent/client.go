@@ -315,50 +315,57 @@ func (c *Client) Freeze(ctx context.Context) error {
 func (c *Client) Thaw() error {
 	c.freezeMu.Lock()
 	defer c.freezeMu.Unlock()
-	switch {
-	case !c.isFrozen:
+	if !c.isFrozen {
 		return errors.New("agent: thawing: not frozen")
-	case c.detaching.Load():
-		return errors.New("agent: thawing: detached (Rebind thaws)")
+	}
+	if c.detaching.Load() {
+		select {
+		case <-c.reading():
+			return errors.New("agent: thawing: the stream ended (Rebind thaws)")
+		default: // it goes on: stay on it
+			c.detaching.Store(false)
+		}
 	}
 	c.isFrozen = false
 	defer c.gate.open()
 	return c.write(wire.Frame{Type: wire.Thaw})
 }
 
-// Detach lets the stream of a frozen client end, as a checkpoint that
-// stops the sandbox ends it: the client closes it and waits until its
-// reading stopped. Its runs, held processes and their handles, and
-// every call waiting to send, wait for [Client.Rebind]; [Client.Close]
-// ends them. Detach is an error unless frozen, and once detached.
+// Detach tells a frozen client that its stream is about to end, as a
+// checkpoint that stops the sandbox ends it (the stream stays open until
+// then: on Podman, the agent's stdin closing would end the sandbox):
+// that end is no failure. The runs, held processes and their handles,
+// and every call waiting to send, wait for [Client.Rebind], or for
+// [Client.Thaw] while the stream has not ended after all; [Client.Close]
+// ends them. Detach is an error unless frozen.
 func (c *Client) Detach() error {
 	c.freezeMu.Lock()
 	defer c.freezeMu.Unlock()
 	if !c.isFrozen {
 		return errors.New("agent: detaching: not frozen")
 	}
-	if c.detaching.Swap(true) {
-		return errors.New("agent: detaching: already detached")
-	}
-	c.rwMu.Lock()
-	rw := c.rw
-	c.rwMu.Unlock()
-	rw.Close()
-	<-c.reading()
+	c.detaching.Store(true)
 	return nil
 }
 
 // Rebind moves a detached client to rw, a new stream to the same agent
-// (a restored sandbox's), and thaws it: the agent answers Resume with
-// its handshake, then sends what it held back, and the runs go on. When
-// the handshake fails or ctx ends first, rw is closed and the client
-// stays detached, for another Rebind or Close. The client owns rw.
+// (a restored sandbox's), once the old one has ended, and thaws it: the
+// agent answers Resume with its handshake, then sends what it held back,
+// and the runs go on. When the old stream does not end, the handshake
+// fails or ctx ends first, rw is closed and the client stays detached,
+// for another Rebind or Close. The client owns rw.
 func (c *Client) Rebind(ctx context.Context, rw io.ReadWriteCloser) error {
 	c.freezeMu.Lock()
 	defer c.freezeMu.Unlock()
 	if !c.isFrozen || !c.detaching.Load() {
 		rw.Close()
 		return errors.New("agent: rebinding: not detached")
+	}
+	select {
+	case <-c.reading():
+	case <-ctx.Done():
+		rw.Close()
+		return fmt.Errorf("agent: rebinding: the old stream has not ended: %w", ctx.Err())
 	}
 	select {
 	case <-c.dead:
@@ -381,6 +388,7 @@ func (c *Client) Rebind(ctx context.Context, rw io.ReadWriteCloser) error {
 	}
 	c.wmu.Lock() // no send holds it: they wait at the gate
 	c.rwMu.Lock()
+	old := c.rw
 	c.rw = rw
 	select {
 	case <-c.dead: // Close came meanwhile, and closed the old stream
@@ -392,6 +400,7 @@ func (c *Client) Rebind(ctx context.Context, rw io.ReadWriteCloser) error {
 	}
 	c.rwMu.Unlock()
 	c.wmu.Unlock()
+	old.Close() // ended: what is left of it
 	done := make(chan struct{})
 	c.demuxMu.Lock()
 	c.demuxDone = done
