@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent"
 	"github.com/podvm/podvm/internal/driver"
 )
 
@@ -159,3 +160,133 @@ func (s *sandbox) probeCheckpoint(ctx context.Context, c driver.Checkpointer) er
 type unclosed struct{ driver.Driver }
 
 func (unclosed) Close() {}
+
+// Suspend checkpoints v's sandbox in place and stops it: its processes'
+// memory is saved in the engine's storage and freed, until [Resume]
+// brings the sandbox back as it was, on the same service. It needs what
+// [CheckpointSupport] checks, which it asks first (ErrNotSupported,
+// naming why, before anything changes).
+//
+// While suspended, Run, the copies and file calls, Start and Dial fail
+// with [ErrSuspended]; a Run in flight, a process held by handle and
+// its output wait, and go on after Resume; Remove removes the sandbox,
+// its checkpoint with it. A failed dump leaves the sandbox running and
+// usable. Suspending a suspended sandbox does nothing. A sandbox whose
+// agent talks over the host's unix socket (a local Podman service)
+// cannot be suspended yet: that channel cannot be carried across a
+// checkpoint.
+func Suspend(ctx context.Context, v VM) error {
+	s, ok := capability[interface {
+		suspend(context.Context) error
+	}](v)
+	if !ok {
+		return fmt.Errorf("%w: suspend: %T cannot checkpoint", ErrNotSupported, v)
+	}
+	return s.suspend(ctx)
+}
+
+// Resume restores v's sandbox, suspended by [Suspend], in place: its
+// processes go on from where they were, their handles too. Resuming a
+// sandbox that is not suspended does nothing. When the restore fails,
+// the sandbox stays suspended (Remove it, or try again).
+func Resume(ctx context.Context, v VM) error {
+	s, ok := capability[interface {
+		resume(context.Context) error
+	}](v)
+	if !ok {
+		return fmt.Errorf("%w: resume: %T cannot checkpoint", ErrNotSupported, v)
+	}
+	return s.resume(ctx)
+}
+
+// setSuspended records whether the sandbox is suspended; under s.mu.
+func (s *sandbox) setSuspended(suspended bool) {
+	st := s.state()
+	st.suspended = suspended
+	s.st.Store(&st)
+}
+
+func (s *sandbox) suspend(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.container()
+	switch {
+	case errors.Is(err, ErrSuspended):
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := s.checkpointSupport(ctx); err != nil {
+		return err
+	}
+	if s.chanDir != "" {
+		return fmt.Errorf("%w: suspend: the sandbox's agent talks over the host's unix socket, which a checkpoint cannot carry yet", ErrNotSupported)
+	}
+	c := s.d.(driver.Checkpointer) // checkpointSupport found it
+	s.setSuspended(true)           // new calls fail from now on, rather than wait
+	var main *agent.Client
+	if st.agent != nil {
+		main = st.agent.main
+		if err := main.Freeze(ctx); err != nil {
+			s.setSuspended(false)
+			return fmt.Errorf("vm: suspend: %w", err)
+		}
+		// The dump ends the stream (the sandbox stops): no failure.
+		if err := main.Detach(); err != nil {
+			_ = main.Thaw()
+			s.setSuspended(false)
+			return fmt.Errorf("vm: suspend: %w", err)
+		}
+	}
+	_, err = finishDespiteCancel(ctx, "suspend", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.Suspend(ctx, st.id)
+	})
+	if err == nil {
+		return nil
+	}
+	// A failed dump leaves the sandbox running: on its stream, or on a
+	// new one where that ended.
+	if main != nil && main.Thaw() != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		rw, aerr := c.AttachRunning(actx, st.id)
+		if aerr == nil {
+			aerr = main.Rebind(actx, rw)
+		}
+		if aerr != nil {
+			return fmt.Errorf("vm: suspend: %w; and the agent could not be reached again: %w", err, aerr)
+		}
+	}
+	s.setSuspended(false)
+	return fmt.Errorf("vm: suspend: %w", err)
+}
+
+func (s *sandbox) resume(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.container()
+	switch {
+	case err == nil:
+		return nil // not suspended
+	case !errors.Is(err, ErrSuspended):
+		return err
+	}
+	c := s.d.(driver.Checkpointer) // Suspend found it
+	_, err = finishDespiteCancel(ctx, "resume", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.Resume(ctx, st.id)
+	})
+	if err != nil {
+		return fmt.Errorf("vm: resume: %w", err)
+	}
+	if st.agent != nil {
+		rw, err := c.AttachRunning(ctx, st.id)
+		if err == nil {
+			err = st.agent.main.Rebind(ctx, rw)
+		}
+		if err != nil {
+			return fmt.Errorf("vm: resume: the sandbox runs again, but its agent was not reached (Remove it): %w", err)
+		}
+	}
+	s.setSuspended(false)
+	return nil
+}

@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,6 +35,9 @@ func (r *refusing) CheckpointRefusal(context.Context) error {
 }
 func (r *refusing) Suspend(context.Context, string) error { panic("no probe") }
 func (r *refusing) Resume(context.Context, string) error  { panic("no probe") }
+func (r *refusing) AttachRunning(context.Context, string) (io.ReadWriteCloser, error) {
+	panic("no probe")
+}
 
 func TestCheckpointSupportRefusals(t *testing.T) {
 	t.Parallel()

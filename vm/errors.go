@@ -18,6 +18,9 @@ var (
 	ErrAlreadyCreated = errors.New("vm: sandbox already created")
 	// ErrRemoved: the VM was used after Remove.
 	ErrRemoved = errors.New("vm: sandbox removed")
+	// ErrSuspended: the sandbox is suspended ([Suspend]); [Resume]
+	// brings it back.
+	ErrSuspended = errors.New("vm: sandbox suspended")
 	// ErrNoSuchContainer: Podman does not know the sandbox's container
 	// (removed behind the VM's back, or never made).
 	ErrNoSuchContainer = driver.ErrNoSuchContainer

@@ -27,3 +27,27 @@ func ExampleCheckpointSupport() {
 		fmt.Println("this engine can checkpoint sandboxes like v")
 	}
 }
+
+// Free a sandbox's memory while it waits, and bring it back as it was:
+// its processes, their handles and its files.
+func ExampleSuspend() {
+	ctx := context.Background()
+	v, err := vm.New(ctx, vm.Config{Image: "localhost/podvm-test:latest"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer v.Remove(context.Background())
+	if err := v.Create(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := vm.Suspend(ctx, v); err != nil {
+		fmt.Println(err) // vm.ErrNotSupported, naming why, where it cannot
+		return
+	}
+	// … later …
+	if err := vm.Resume(ctx, v); err != nil {
+		fmt.Println(err)
+	}
+}

@@ -47,9 +47,10 @@ type sandbox struct {
 
 // state is the lifecycle as Run and the copies see it, never modified.
 type state struct {
-	id      string // "" before Create succeeded
-	agent   *link  // nil on the Podman exec path
-	removed bool
+	id        string // "" before Create succeeded
+	agent     *link  // nil on the Podman exec path
+	removed   bool
+	suspended bool // by Suspend, until Resume
 }
 
 // init makes s a sandbox for cfg, already validated, on d: [sandbox.prepare]
@@ -115,13 +116,15 @@ func (s *sandbox) state() state {
 }
 
 // container returns the state of a sandbox that can be used, or
-// ErrNotCreated / ErrRemoved.
+// ErrNotCreated / ErrRemoved / ErrSuspended.
 func (s *sandbox) container() (state, error) {
 	switch st := s.state(); {
 	case st.removed:
 		return st, ErrRemoved
 	case st.id == "":
 		return st, ErrNotCreated
+	case st.suspended:
+		return st, ErrSuspended
 	default:
 		return st, nil
 	}

@@ -1,6 +1,9 @@
 package driver
 
-import "context"
+import (
+	"context"
+	"io"
+)
 
 // This file is an optional capability of a [Driver]: checkpoints, a
 // running container's processes and memory saved with CRIU and restored.
@@ -24,4 +27,8 @@ type Checkpointer interface {
 	Suspend(ctx context.Context, id string) error
 	// Resume restores container id, suspended by Suspend, in place.
 	Resume(ctx context.Context, id string) error
+	// AttachRunning attaches to the stdio of running container id, as
+	// [Driver.Attach] does, without starting it: after a Resume, the
+	// stream of the agent that goes on there.
+	AttachRunning(ctx context.Context, id string) (io.ReadWriteCloser, error)
 }

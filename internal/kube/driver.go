@@ -439,3 +439,8 @@ func (d *Driver) Suspend(context.Context, string) error { return errCheckpoints 
 
 // Resume implements [driver.Checkpointer]: always refused.
 func (d *Driver) Resume(context.Context, string) error { return errCheckpoints }
+
+// AttachRunning implements [driver.Checkpointer]: always refused.
+func (d *Driver) AttachRunning(context.Context, string) (io.ReadWriteCloser, error) {
+	return nil, errCheckpoints
+}

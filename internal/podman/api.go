@@ -277,13 +277,20 @@ func (a API) Close() { a.c.CloseIdleConnections() }
 // Attach implements [driver.Driver.Attach] with an attach request, then a
 // start; the container's stderr is dropped.
 func (a API) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	return a.attach(ctx, id, true)
+}
+
+// attach attaches to container id's stdio, then starts it if start.
+func (a API) attach(ctx context.Context, id string, start bool) (io.ReadWriteCloser, error) {
 	s, err := a.c.ContainerAttach(ctx, id)
 	if err != nil {
 		return nil, apiError("attach", id, err)
 	}
-	if err := a.c.ContainerStart(ctx, id); err != nil {
-		s.Close()
-		return nil, apiError("start", id, err)
+	if start {
+		if err := a.c.ContainerStart(ctx, id); err != nil {
+			s.Close()
+			return nil, apiError("start", id, err)
+		}
 	}
 	pr, pw := io.Pipe()
 	go func() {

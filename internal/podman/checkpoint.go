@@ -3,6 +3,7 @@ package podman
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/driver"
@@ -61,4 +62,15 @@ func (d CLI) Suspend(ctx context.Context, id string) error {
 func (d CLI) Resume(ctx context.Context, id string) error {
 	_, err := d.run(ctx, "container restore", id, exec.Command{Args: []string{"container", "restore", "--tcp-established", "--file-locks", id}})
 	return err
+}
+
+// AttachRunning implements [driver.Checkpointer].
+func (a API) AttachRunning(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	return a.attach(ctx, id, false)
+}
+
+// AttachRunning implements [driver.Checkpointer]: `podman attach`, which
+// attaches stdin too; its signals are not the container's.
+func (d CLI) AttachRunning(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	return d.attach(ctx, "attach", id, "attach", "--sig-proxy=false", id)
 }

@@ -393,11 +393,17 @@ func (d CLI) Start(ctx context.Context, id string) error {
 // stream is its stdin and stdout, for as long as it runs. Closing the
 // stream ends its stdin and stops it.
 func (d CLI) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	return d.attach(ctx, "start", id, "start", "-a", "-i", id)
+}
+
+// attach runs podman with args, whose stdin and stdout are container
+// id's: the stream, for as long as it runs.
+func (d CLI) attach(ctx context.Context, op, id string, args ...string) (io.ReadWriteCloser, error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
-		_, err := d.run(actx, "start", id, exec.Command{Args: []string{"start", "-a", "-i", id}, Stdin: inR, Stdout: outW})
+		_, err := d.run(actx, op, id, exec.Command{Args: args, Stdin: inR, Stdout: outW})
 		if err == nil {
 			err = io.EOF
 		}
