@@ -34,15 +34,9 @@ func TestCheckpointSupport(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/podmanExec=%v", name, podmanExec), func(t *testing.T) { // one at a time: each looks for the other's probe
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 				defer cancel()
-				cfg := vm.Config{Image: env.Image}
-				if env.PidsUnenforced {
-					cfg.Pids = vm.NoPidsLimit
-				}
-				v, err := h(podmanExec)(cfg)
-				require.NoError(t, err)
-				defer func() { assert.NoError(t, v.Remove(context.Background())) }()
+				v := testVM(t, env, h(podmanExec))
 
-				err = vm.CheckpointSupport(ctx, v)
+				err := vm.CheckpointSupport(ctx, v)
 				t.Logf("CheckpointSupport: %v", err)
 				switch {
 				case rig && !podmanExec:
@@ -79,14 +73,8 @@ func TestSuspendResume(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			cfg := vm.Config{Image: env.Image}
-			if env.PidsUnenforced {
-				cfg.Pids = vm.NoPidsLimit
-			}
-			v, err := h(false)(cfg)
-			require.NoError(t, err)
+			v := testVM(t, env, h(false))
 			require.NoError(t, v.Create(ctx))
-			defer func() { assert.NoError(t, v.Remove(context.Background())) }()
 			require.NoError(t, vm.WriteFile(ctx, v, "/tmp/state", []byte("kept"), 0o600))
 			p, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", "while read l; do echo got $l; done"}})
 			require.NoError(t, err)
@@ -144,4 +132,19 @@ func TestSuspendResume(t *testing.T) {
 			assert.Empty(t, strings.TrimSpace(podman(ctx, t, env, "ps", "-a", "-q", "--filter", "id="+id)))
 		})
 	}
+}
+
+// testVM returns a VM of the test image made by h, not created, removed
+// when the test ends; without a pids limit where the service enforces
+// none.
+func testVM(t *testing.T, env podmantest.Env, h vmHarness) vm.VM {
+	t.Helper()
+	cfg := vm.Config{Image: env.Image}
+	if env.PidsUnenforced {
+		cfg.Pids = vm.NoPidsLimit
+	}
+	v, err := h(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, v.Remove(context.Background())) })
+	return v
 }
