@@ -216,11 +216,11 @@ func (s *sandbox) suspend(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
+	if s.chanDir != "" { // before a probe sandbox is made for nothing
+		return fmt.Errorf("%w: suspend: the sandbox's agent talks over the host's unix socket, which a checkpoint cannot carry yet", ErrNotSupported)
+	}
 	if err := s.checkpointSupport(ctx); err != nil {
 		return err
-	}
-	if s.chanDir != "" {
-		return fmt.Errorf("%w: suspend: the sandbox's agent talks over the host's unix socket, which a checkpoint cannot carry yet", ErrNotSupported)
 	}
 	c := s.d.(driver.Checkpointer) // checkpointSupport found it
 	s.setSuspended(true)           // new calls fail from now on, rather than wait
