@@ -147,6 +147,13 @@ func NewClient(rw io.ReadWriteCloser) (*Client, error) {
 		rw.Close()
 		return nil, err
 	}
+	c := newClient(rw, h)
+	go c.demux(br, c.demuxDone)
+	return c, nil
+}
+
+// newClient is a client on rw, whose agent said h, not reading yet.
+func newClient(rw io.ReadWriteCloser, h wire.HelloMsg) *Client {
 	c := &Client{
 		rw:   rw,
 		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
@@ -154,8 +161,7 @@ func NewClient(rw io.ReadWriteCloser) (*Client, error) {
 		dead: make(chan struct{}), demuxDone: make(chan struct{}),
 	}
 	c.gate.idle.L = &c.gate.mu
-	go c.demux(br, c.demuxDone)
-	return c, nil
+	return c
 }
 
 // handshake reads the agent's Hello, of this client's version.
@@ -790,14 +796,7 @@ func (c *Client) begin(ctx context.Context, first wire.Frame, stdin io.Reader, s
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &clientRun{c: c, started: make(chan struct{}), exited: make(chan struct{}), ended: make(chan struct{})}
-	r.cond.L = &r.mu
-	r.stdinCredit = wire.Window
-	for i, w := range []io.Writer{stdout, stderr} {
-		s := &r.out[i]
-		s.r, s.stream, s.w, s.done = r, uint8(i+1), w, make(chan struct{})
-		s.cond.L = &s.mu
-	}
+	r := c.newRun(stdout, stderr)
 	c.mu.Lock()
 	select {
 	case <-c.dead:
@@ -824,6 +823,20 @@ func (c *Client) begin(ctx context.Context, first wire.Frame, stdin io.Reader, s
 		go r.copyStdin(stdin)
 	}
 	return r, nil
+}
+
+// newRun is a run whose output goes to stdout and stderr, its id and
+// goroutines to come.
+func (c *Client) newRun(stdout, stderr io.Writer) *clientRun {
+	r := &clientRun{c: c, started: make(chan struct{}), exited: make(chan struct{}), ended: make(chan struct{})}
+	r.cond.L = &r.mu
+	r.stdinCredit = wire.Window
+	for i, w := range []io.Writer{stdout, stderr} {
+		s := &r.out[i]
+		s.r, s.stream, s.w, s.done = r, uint8(i+1), w, make(chan struct{})
+		s.cond.L = &s.mu
+	}
+	return r
 }
 
 // delivered waits, d at most, for the delivery goroutines to hand the

@@ -35,7 +35,7 @@
 //	Freeze   c→a  id 0   send nothing more on this channel until Thaw
 //	Frozen   a→c  id 0   the last frame before Thaw
 //	Thaw     c→a  id 0   go on
-//	Resume   c→a  id 0   go on, on the stream this came on: Hello first
+//	Resume   c→a  id 0   go on, on the stream this came on: Hello first; a copy's: fresh, the runs it keeps
 //
 // Freeze stops a channel at a frame boundary, empty both ways, for a
 // checkpoint ([Client.Freeze]): the client sends nothing from its Freeze
@@ -47,7 +47,12 @@
 // ([Client.Detach]); restored, the agent reads the same descriptors, now
 // a new stream's, and the client comes back on that stream with Resume
 // ([Client.Rebind]): the agent says Hello again, then sends what it held
-// back, and every run, held process and handle goes on.
+// back, and every run, held process and handle goes on. A copy restored
+// from a checkpoint holds the same frozen agent with the original's
+// runs; its new client resumes it with a fresh Resume naming the runs it
+// adopts ([ResumeCopy]), whose windows start full again. The agent kills
+// the others, and nothing of theirs is sent: the copy's client never
+// knew them.
 //
 // The client picks run ids; Started, Stdout and Stderr of a run all come
 // before its Exit (a start failure has no Started). [Client.Run] waits

@@ -281,3 +281,69 @@ func TestRebindRefusals(t *testing.T) {
 		t.Fatal("a call waiting on a detached client outlived its Close")
 	}
 }
+
+// A copy's client resumes the agent on the copy's stream and adopts the
+// runs it keeps: a held process answers on its new handle, output held
+// back at the checkpoint goes to the copy, a kept run that had ended is
+// lost, the runs it does not keep die unheard (their frames would be
+// for runs it never knew, a protocol error), and its own runs' ids stay
+// clear of the agent's.
+func TestResumeCopyAdoptsKeptRuns(t *testing.T) {
+	t.Parallel()
+	a, r := relayed(t)
+	ctx := context.Background()
+	held := `while read l; do echo got $l; done`
+	var out testkit.LockedBuffer
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	kept, err := a.Start(ctx, Request{Argv: []string{"sh", "-c", held}}, stdinR, &out, io.Discard)
+	require.NoError(t, err)
+	dropR, dropW := io.Pipe()
+	defer dropW.Close()
+	pidFile := t.TempDir() + "/dropped"
+	_, err = a.Start(ctx, Request{Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; " + held}}, dropR, io.Discard, io.Discard)
+	require.NoError(t, err)
+	ended, err := a.Start(ctx, Request{Argv: []string{"true"}}, nil, io.Discard, io.Discard)
+	require.NoError(t, err)
+	_, err = ended.Wait(ctx)
+	require.NoError(t, err)
+	go func() { _ = a.sh(ctx, "sleep 0.3; echo late") }() // in flight
+	_, _ = stdinW.Write([]byte("one\n"))
+	require.Eventually(t, func() bool { return out.String() == "got one\n" }, 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.Detach())
+	next := a.NextRun()
+	r.cut()
+	<-a.reading()
+	_, _, err = ResumeCopy(ctx, &relayEnd{Reader: bytes.NewReader(nil), Writer: io.Discard, close: func() {}}, next, []Adoption{{ID: next}})
+	require.Error(t, err, "a run the original never began")
+
+	var out2 testkit.LockedBuffer
+	stdin2R, stdin2W := io.Pipe()
+	c, procs, err := ResumeCopy(ctx, r.stream(), next, []Adoption{
+		{ID: kept.ID(), PID: kept.PID(), Stdin: stdin2R, Stdout: &out2},
+		{ID: ended.ID(), PID: ended.PID()},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.Len(t, procs, 2)
+	assert.Equal(t, kept.PID(), procs[0].PID())
+
+	_, err = procs[1].Wait(ctx)
+	require.ErrorIs(t, err, ErrLost, "a kept run that had ended")
+	_, _ = stdin2W.Write([]byte("two\n"))
+	require.Eventually(t, func() bool { return out2.String() == "got two\n" }, 10*time.Second, 10*time.Millisecond, "the adopted handle")
+	assert.Equal(t, "got one\n", out.String(), "the original's handle hears nothing of the copy")
+	time.Sleep(500 * time.Millisecond) // the dropped and in-flight runs end, unheard
+	ca := &testAgent{Client: c}
+	for range 3 {
+		assert.Equal(t, "hi\n", ca.sh(ctx, "echo hi").stdout, "new runs, ids clear of the agent's")
+	}
+	res := ca.sh(ctx, `kill -0 $(cat $1) 2>/dev/null && echo alive || echo dead`, pidFile)
+	assert.Equal(t, "dead\n", res.stdout, "a run not kept is killed")
+	require.NoError(t, procs[0].Kill())
+	ex, err := procs[0].Wait(ctx)
+	require.NoError(t, err)
+	assert.True(t, ex.Killed)
+}

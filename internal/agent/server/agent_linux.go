@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -269,7 +270,7 @@ func (s *session) dispatch(f wire.Frame) error {
 			// The client came back on another stream (a restored
 			// sandbox's conmon, the same descriptors here): Hello goes
 			// first, before any frame the gate held back.
-			err = s.write(wire.Frame{Type: wire.Hello, Payload: s.hello().Encode()})
+			err = s.resume(f.Payload)
 		}
 		s.frozen = false
 		s.gate.Unlock()
@@ -356,6 +357,51 @@ func (s *session) dispatch(f wire.Frame) error {
 	return nil
 }
 
+// resume answers a Resume, frozen, with Hello. A fresh client's (a
+// restored copy's) adopts the runs it keeps, which go on with full
+// windows: the credit the original's client owed for what it read is
+// the original's. The session's other runs are the original's callers':
+// they are killed, and say nothing more on this channel. A kept run
+// that is gone is reported lost.
+func (s *session) resume(p []byte) error {
+	m, err := wire.DecodeResume(p)
+	if err != nil {
+		return err
+	}
+	if err := s.write(wire.Frame{Type: wire.Hello, Payload: s.hello().Encode()}); err != nil || !m.Fresh {
+		return err
+	}
+	keep := make(map[uint32]bool, len(m.Keep))
+	for _, id := range m.Keep {
+		keep[id] = true
+	}
+	s.mu.Lock()
+	var drop []*run
+	for id, r := range s.runs {
+		if keep[id] {
+			delete(keep, id)
+			r.mu.Lock()
+			r.window[wire.StreamStdout], r.window[wire.StreamStderr] = wire.Window, wire.Window
+			r.cond.Broadcast()
+			r.mu.Unlock()
+		} else {
+			r.orphan.Store(true) // before the gate opens: nothing of it goes out
+			drop = append(drop, r)
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range drop {
+		r.kill()
+	}
+	for id := range keep {
+		ex := wire.ExitMsg{Status: wire.Lost, Code: -1, Msg: "the run had ended when the checkpoint was taken"}
+		if err := s.write(wire.Frame{Type: wire.Exit, ID: id, Payload: ex.Encode()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *session) killAll() {
 	s.mu.Lock()
 	runs := make([]*run, 0, len(s.runs))
@@ -390,6 +436,21 @@ type run struct {
 	conn     net.Conn           // a Dial's connection, once made
 	tty      *os.File           // a terminal's master, for Resize
 	stopDial context.CancelFunc // ends a Dial's connect
+	// orphan: a restored copy's client does not know the run (its
+	// caller is the original's): it is killed, and sends nothing.
+	orphan atomic.Bool
+}
+
+// send is session.send for one of r's frames, dropped when r is an
+// orphan (checked behind the gate, which Resume holds while it makes
+// orphans).
+func (r *run) send(f wire.Frame) error {
+	r.s.gate.RLock()
+	defer r.s.gate.RUnlock()
+	if r.orphan.Load() {
+		return nil
+	}
+	return r.s.write(f)
 }
 
 // serve ends a run that ended as ex: it says so to the client.
@@ -405,7 +466,7 @@ func (r *run) serve(ex wire.ExitMsg) {
 	r.s.mu.Lock()
 	delete(r.s.runs, r.id)
 	r.s.mu.Unlock()
-	_ = r.s.send(wire.Frame{Type: wire.Exit, ID: r.id, Payload: ex.Encode()})
+	_ = r.send(wire.Frame{Type: wire.Exit, ID: r.id, Payload: ex.Encode()})
 }
 
 // pipe returns a pipe whose end for the agent (read end when ours is
@@ -492,7 +553,7 @@ func (r *run) exec(m wire.StartMsg) wire.ExitMsg {
 			ex = *ev.exit
 			break
 		} else {
-			_ = r.s.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{PID: ev.pid}.Encode()})
+			_ = r.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{PID: ev.pid}.Encode()})
 		}
 	}
 	r.mu.Lock()
@@ -593,7 +654,7 @@ func (r *run) pumpOut(f deadlineReader, typ wire.Type, stream uint8, wg *sync.Wa
 			}
 			r.mu.Unlock()
 			if send {
-				_ = r.s.send(wire.Frame{Type: typ, ID: r.id, Payload: buf[:k]})
+				_ = r.send(wire.Frame{Type: typ, ID: r.id, Payload: buf[:k]})
 			}
 		}
 		if err != nil {
@@ -629,7 +690,7 @@ func (r *run) pumpStdin(f io.WriteCloser) {
 		wire.Recycle(chunk)
 		if taken += len(chunk); taken >= wire.CreditBatch {
 			m := wire.CreditMsg{Stream: wire.StreamStdin, N: uint32(taken)}
-			_ = r.s.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
+			_ = r.send(wire.Frame{Type: wire.Credit, ID: r.id, Payload: m.Encode()})
 			taken = 0
 		}
 	}
@@ -723,7 +784,7 @@ func (r *run) connect(m wire.DialMsg) wire.ExitMsg {
 		c.Close()
 		return wire.ExitMsg{Status: wire.Exited, Killed: true}
 	}
-	_ = r.s.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{}.Encode()})
+	_ = r.send(wire.Frame{Type: wire.Started, ID: r.id, Payload: wire.StartedMsg{}.Encode()})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	if out := r.s.spliceTarget(); out == nil || !r.pumpSplice(c.(syscall.Conn), out, &wg) {

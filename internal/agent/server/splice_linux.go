@@ -104,7 +104,7 @@ func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup
 				r.window[wire.StreamStdout] -= int64(k)
 			}
 			r.mu.Unlock()
-			if !send || r.s.sendSpliced(wire.Stdout, r.id, p[0], k, out) != nil {
+			if !send || r.s.sendSpliced(wire.Stdout, r, p[0], k, out) != nil {
 				break
 			}
 		}
@@ -129,14 +129,19 @@ func spliceIn(src syscall.RawConn, w, n int) (int, error) {
 	return int(k), err
 }
 
-// sendSpliced sends a frame of type typ for run id whose payload is the
+// sendSpliced sends a frame of type typ for run ru whose payload is the
 // k bytes in pipe r: its header, then the bytes spliced behind it, under
-// the lock that keeps frames whole, once the session is not frozen.
+// the lock that keeps frames whole, once the session is not frozen. An
+// orphan's (run.send) is an error: its pump stops.
 // Where splice refuses the channel, the bytes are read from the pipe and
 // written, and the session splices no more. A failure closes the session, as send's does.
-func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.RawConn) error {
+func (s *session) sendSpliced(typ wire.Type, ru *run, r, k int, out syscall.RawConn) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
+	if ru.orphan.Load() {
+		return errOrphan
+	}
+	id := ru.id
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.werr != nil {
@@ -177,6 +182,9 @@ func (s *session) sendSpliced(typ wire.Type, id uint32, r, k int, out syscall.Ra
 	}
 	return s.werr
 }
+
+// errOrphan stops the pump of a run whose client is gone (run.send).
+var errOrphan = errors.New("the run's client is the original's")
 
 // copyPipe writes the k bytes waiting in pipe r to w.
 func copyPipe(w io.Writer, r, k int) error {

@@ -100,6 +100,17 @@ type ListeningMsg struct {
 	Err  string
 }
 
+// ResumeMsg is a Resume's payload when the client is a new one, of a
+// copy restored from a checkpoint (Fresh): the runs it adopts (Keep) go
+// on with their windows full, as a new client counts them, and the
+// session's other runs are killed without a word (their callers are the
+// original's). An empty payload is the same client coming back, whose
+// windows stand as they were.
+type ResumeMsg struct {
+	Fresh bool
+	Keep  []uint32
+}
+
 // SignalMsg asks for a signal to a run's process group.
 type SignalMsg struct {
 	Signo uint8
@@ -319,6 +330,42 @@ func DecodeListen(p []byte) (ListenMsg, error) {
 	m.Port = uint16(port)
 	if d.err == nil && port > math.MaxUint16 {
 		d.err = fmt.Errorf("%w: port %d", ErrProtocol, port)
+	}
+	return m, d.done()
+}
+
+// Encode returns the payload of a Resume frame: empty unless Fresh.
+func (m ResumeMsg) Encode() []byte {
+	if !m.Fresh {
+		return nil
+	}
+	e := enc(nil).u8(1).u32(uint32(len(m.Keep)))
+	for _, id := range m.Keep {
+		e = e.u32(id)
+	}
+	return e
+}
+
+// DecodeResume parses a Resume payload.
+func DecodeResume(p []byte) (ResumeMsg, error) {
+	if len(p) == 0 {
+		return ResumeMsg{}, nil
+	}
+	d := &dec{b: p}
+	var m ResumeMsg
+	if f := d.u8(); d.err == nil && f != 1 {
+		d.err = fmt.Errorf("%w: resume flag %d", ErrProtocol, f)
+	}
+	n := d.u32()
+	if d.err == nil && uint64(n)*4 > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: %d runs to keep in %d bytes", ErrProtocol, n, len(d.b))
+	}
+	m.Fresh = d.err == nil
+	for range n {
+		if d.err != nil {
+			break
+		}
+		m.Keep = append(m.Keep, d.u32())
 	}
 	return m, d.done()
 }

@@ -17,8 +17,9 @@ import (
 // and Signal frames, for processes held by handle; Dial frames, for
 // connections to the sandbox's network; terminals (StartMsg.TTY, Resize).
 // Version 4: Listen and Listening frames, for channels over a network.
-// Version 5: Freeze, Frozen, Thaw and Resume, for checkpoints.
-const Version = 5
+// Version 5: Freeze, Frozen, Thaw and Resume, for checkpoints. Version
+// 6: a Resume's ResumeMsg, for copies restored from a checkpoint.
+const Version = 6
 
 // Type is a frame's type.
 type Type uint8
@@ -44,7 +45,7 @@ const (
 	Freeze                    // client→agent, run id 0: send nothing more on this channel until Thaw
 	Frozen                    // agent→client, run id 0: the answer to Freeze, its last frame before Thaw
 	Thaw                      // client→agent, run id 0: the session goes on
-	Resume                    // client→agent, run id 0: Thaw, on a channel the client came back on; the agent says Hello first
+	Resume                    // client→agent, run id 0: Thaw on a channel the client came back on, a ResumeMsg (empty: the same client); the agent says Hello first
 )
 
 // The streams a Credit frame refers to.

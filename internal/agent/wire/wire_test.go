@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -127,4 +128,23 @@ func TestListenRoundTrip(t *testing.T) {
 	}
 	_, err = DecodeListening(enc(nil).u32(70000).str(""))
 	require.ErrorIs(t, err, ErrProtocol, "a port past 65535")
+}
+
+func TestResumeRoundTrip(t *testing.T) {
+	for _, m := range []ResumeMsg{{}, {Fresh: true}, {Fresh: true, Keep: []uint32{1, 7, 1 << 31}}} {
+		got, err := DecodeResume(m.Encode())
+		require.NoError(t, err)
+		assert.Equal(t, m, got)
+	}
+	assert.Empty(t, ResumeMsg{Keep: []uint32{3}}.Encode(), "the same client's Resume carries nothing")
+	for name, p := range map[string][]byte{
+		"flag":     enc(nil).u8(2).u32(0),
+		"count":    enc(nil).u8(1).u32(3).u32(1),
+		"huge":     enc(nil).u8(1).u32(1 << 30),
+		"trailing": enc(nil).u8(1).u32(1).u32(1).u8(0),
+		"short":    {1},
+	} {
+		_, err := DecodeResume(p)
+		assert.ErrorIs(t, err, ErrProtocol, name)
+	}
 }
