@@ -38,6 +38,8 @@ func (r *refusing) Resume(context.Context, string) error  { panic("no probe") }
 func (r *refusing) AttachRunning(context.Context, string) (io.ReadWriteCloser, error) {
 	panic("no probe")
 }
+func (r *refusing) Export(context.Context, string, string) error   { panic("no probe") }
+func (r *refusing) Import(context.Context, string) (string, error) { panic("no probe") }
 
 func TestCheckpointSupportRefusals(t *testing.T) {
 	t.Parallel()

@@ -31,4 +31,17 @@ type Checkpointer interface {
 	// [Driver.Attach] does, without starting it: after a Resume, the
 	// stream of the agent that goes on there.
 	AttachRunning(ctx context.Context, id string) (io.ReadWriteCloser, error)
+	// Export checkpoints running container id with its established TCP
+	// connections and file locks, leaving it running, and writes the
+	// archive Podman exports (an uncompressed tar) to path, a file of
+	// the caller's machine that must not exist yet; it is made mode 0600.
+	// A failed dump leaves the container running, and path absent or
+	// removed. The engine's own words are in the error.
+	Export(ctx context.Context, id, path string) error
+	// Import makes and starts a container from the archive at path (one
+	// Export wrote, its config.dump possibly rewritten by package ckpt),
+	// with the ID, name and labels its config.dump holds, its established
+	// TCP connections and file locks, and without the source's static IP
+	// and MAC; it returns the new container's ID.
+	Import(ctx context.Context, path string) (string, error)
 }

@@ -444,3 +444,9 @@ func (d *Driver) Resume(context.Context, string) error { return errCheckpoints }
 func (d *Driver) AttachRunning(context.Context, string) (io.ReadWriteCloser, error) {
 	return nil, errCheckpoints
 }
+
+// Export implements [driver.Checkpointer]: always refused.
+func (d *Driver) Export(context.Context, string, string) error { return errCheckpoints }
+
+// Import implements [driver.Checkpointer]: always refused.
+func (d *Driver) Import(context.Context, string) (string, error) { return "", errCheckpoints }
