@@ -92,13 +92,7 @@ func TestSuspendResume(t *testing.T) {
 				assert.Equal(t, "kept", res.Stdout)
 				return
 			}
-			late := make(chan *exec.Result, 1)
-			go func() {
-				res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "sleep 1; echo late"}})
-				assert.NoError(t, err)
-				late <- res
-			}()
-			time.Sleep(300 * time.Millisecond) // the Run is under way
+			late := runLate(ctx, t, v)
 			require.NoError(t, vm.Suspend(ctx, v))
 			require.NoError(t, vm.Suspend(ctx, v), "again: nothing to do")
 			_, err = v.Run(ctx, exec.Command{Name: "true"})
@@ -110,12 +104,7 @@ func TestSuspendResume(t *testing.T) {
 
 			require.NoError(t, vm.Resume(ctx, v))
 			require.NoError(t, vm.Resume(ctx, v), "again: nothing to do")
-			select {
-			case res := <-late:
-				assert.Equal(t, "late\n", res.Stdout, "the Run in flight went on")
-			case <-time.After(30 * time.Second):
-				t.Fatal("the Run in flight did not end after Resume")
-			}
+			late(t, "the Run in flight went on after Resume")
 			_, err = p.Stdin().Write([]byte("two\n"))
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return out() == "got one\ngot two\n" }, 30*time.Second, 10*time.Millisecond, "the same handle")
@@ -147,4 +136,165 @@ func testVM(t *testing.T, env podmantest.Env, h vmHarness) vm.VM {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, v.Remove(context.Background())) })
 	return v
+}
+
+// A checkpoint of a running sandbox restores as copies of their own that
+// go on from its instant: a process held by handle answers in each, on a
+// new handle, with the memory it had (its counter; and its random
+// generator, seeded before the checkpoint, yields the same numbers in
+// every copy and in the original); files are kept; a Run in flight at
+// the checkpoint ends in the original and is gone from the copies; each
+// copy has its own container, name, token and owner. The checkpoint is
+// listed, opened by ID, removed; a restore of a removed one is
+// ErrCheckpointNotFound. Where checkpoints are not supported,
+// TakeCheckpoint says so and writes nothing.
+func TestCheckpointRestore(t *testing.T) {
+	env := podmantest.Need(t)
+	rig := os.Getenv("PODVM_SERVER") == "podman5"
+	for name, h := range map[string]func(bool) vmHarness{"api": apiNew(env), "cli": cliNew(env)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			dir := checkpointDir(t)
+			v := testVM(t, env, h(false))
+			require.NoError(t, v.Create(ctx))
+			require.NoError(t, vm.WriteFile(ctx, v, "/tmp/state", []byte("kept"), 0o600))
+			// A warm process: what it counted, and its generator's state,
+			// are in its memory alone.
+			p, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", `RANDOM=42; n=0; while read l; do n=$((n+1)); echo "$n $l $RANDOM"; done`}})
+			require.NoError(t, err)
+			_, err = p.Stdin().Write([]byte("a\n"))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return strings.HasPrefix(outputOf(p), "1 a ") }, 30*time.Second, 10*time.Millisecond)
+
+			if !rig {
+				_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+				t.Logf("TakeCheckpoint: %v", err)
+				require.ErrorIs(t, err, vm.ErrNotSupported)
+				entries, _ := os.ReadDir(dir)
+				assert.Empty(t, entries, "nothing written")
+				return
+			}
+			late := runLate(ctx, t, v)
+			cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Labels: map[string]string{"test": t.Name()}})
+			require.NoError(t, err)
+			assert.Equal(t, v.ID(), cp.Source)
+			assert.Equal(t, env.Image, cp.Image)
+			assert.Equal(t, "true", cp.Labels[vm.LabelCheckpoint])
+			assert.Equal(t, t.Name(), cp.Labels["test"])
+			fi, err := os.Stat(cp.Path)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the archive is the caller's alone")
+			assert.Equal(t, fi.Size(), cp.Size)
+
+			late(t, "the Run in flight ended in the original")
+			_, err = p.Stdin().Write([]byte("b\n"))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return strings.Count(outputOf(p), "\n") == 2 }, 30*time.Second, 10*time.Millisecond, "the original goes on")
+			want := strings.SplitAfter(outputOf(p), "\n")[1] // "2 b N": N its generator's next number
+
+			copies := make([]vm.VM, 2)
+			errs := make(chan error, len(copies))
+			for i := range copies {
+				go func() {
+					c, err := vm.Restore(ctx, cp, vm.RestoreOptions{Labels: map[string]string{"copy": fmt.Sprint(i)}}, backendOf(env, name)...)
+					if err == nil {
+						copies[i] = c
+						t.Cleanup(func() { assert.NoError(t, c.Remove(context.Background())) })
+					}
+					errs <- err
+				}()
+			}
+			for range copies {
+				require.NoError(t, <-errs)
+			}
+			ids := map[string]bool{v.ID(): true}
+			for i, c := range copies {
+				ids[c.ID()] = true
+				labels := podman(ctx, t, env, "inspect", "--format", "{{json .Config.Labels}}", c.ID())
+				assert.Contains(t, labels, fmt.Sprintf(`"%s":"%s"`, vm.LabelRestoredFrom, cp.ID))
+				assert.Contains(t, labels, fmt.Sprintf(`"copy":"%d"`, i))
+				procs := vm.Processes(c)
+				require.Len(t, procs, 1, "the held process, adopted")
+				assert.Equal(t, p.PID(), procs[0].PID())
+				_, err = procs[0].Stdin().Write([]byte("b\n"))
+				require.NoError(t, err)
+				require.Eventually(t, func() bool { return outputOf(procs[0]) == want }, 30*time.Second, 10*time.Millisecond,
+					"the copy goes on from the checkpoint: its counter, and its generator's next number, the original's")
+				b, err := vm.ReadFile(ctx, c, "/tmp/state", 100)
+				require.NoError(t, err)
+				assert.Equal(t, "kept", string(b))
+				res, err := c.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "ps -o args | grep -c '[s]leep 1' || true"}})
+				require.NoError(t, err)
+				assert.Equal(t, "0\n", res.Stdout, "the Run in flight is the original's: gone from the copy")
+			}
+			assert.Len(t, ids, 3, "each copy is a container of its own")
+
+			list, err := vm.ListCheckpoints(ctx, vm.WithCheckpointDir(dir), vm.WithLabel("test", t.Name()))
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+			assert.Equal(t, cp.ID, list[0].ID)
+			opened, err := vm.OpenCheckpoint(cp.ID, vm.WithCheckpointDir(dir))
+			require.NoError(t, err)
+			assert.Equal(t, cp.Path, opened.Path)
+			require.NoError(t, vm.RemoveCheckpoint(ctx, cp.ID, vm.WithCheckpointDir(dir)))
+			entries, _ := os.ReadDir(dir)
+			assert.Empty(t, entries, "nothing of it is left")
+			_, err = vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
+			require.ErrorIs(t, err, vm.ErrCheckpointNotFound)
+		})
+	}
+}
+
+// runLate starts a Run in v that ends a second later, saying "late",
+// and returns once it is under way; what it returns checks that the Run
+// ended so, within 30 s.
+func runLate(ctx context.Context, t *testing.T, v vm.VM) func(t *testing.T, what string) {
+	late := make(chan *exec.Result, 1)
+	go func() {
+		res, err := v.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "sleep 1; echo late"}})
+		assert.NoError(t, err)
+		late <- res
+	}()
+	time.Sleep(300 * time.Millisecond)
+	return func(t *testing.T, what string) {
+		t.Helper()
+		select {
+		case res := <-late:
+			assert.Equal(t, "late\n", res.Stdout, what)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: it did not end", what)
+		}
+	}
+}
+
+// backendOf is the options that make vm.New (and Restore) take the
+// backend of that name, as apiNew and cliNew make it.
+func backendOf(env podmantest.Env, name string) []vm.Option {
+	if name == "api" {
+		return []vm.Option{vm.WithBackend(vm.BackendAPI), vm.WithURL(env.Host)}
+	}
+	x, mode := cliMode(env)
+	opts := append(mode, vm.WithBackend(vm.BackendCLI), vm.WithPodman(env.Podman))
+	if x != nil {
+		opts = append(opts, vm.WithExecutor(x))
+	}
+	return opts
+}
+
+// outputOf is what p wrote to its stdout so far.
+func outputOf(p *vm.Process) string { _, b := p.Stdout().Bytes(); return string(b) }
+
+// checkpointDir is a directory for a test's checkpoints, out of the
+// temporary directory (which vm refuses), removed when the test ends.
+func checkpointDir(t *testing.T) string {
+	t.Helper()
+	base, err := vm.DefaultCheckpointDir()
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(base, 0o700))
+	dir, err := os.MkdirTemp(base, "test-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

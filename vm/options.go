@@ -43,6 +43,9 @@ type options struct {
 	pingTimeout time.Duration
 	labels      map[string]string // Reap: required labels
 	snapshots   bool              // Reap: snapshots of dead owners too
+	checkpoints bool              // Reap: checkpoints of dead owners too
+	// checkpointDir: where checkpoints are looked for; "" the default.
+	checkpointDir string
 }
 
 // WithBackend restricts New to one backend; the default tries the API and

@@ -146,18 +146,7 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 			s.release(&s.procs)
 		}
 	}()
-	p := &Process{cmd: cmd, tty: o.tty, s: s, start: time.Now(), done: make(chan struct{})}
-	var w [2]io.Writer
-	for i, live := range []io.Writer{cmd.Stdout, cmd.Stderr} {
-		p.out[i] = newOutput(cmd.MaxOutput())
-		p.capt[i] = capture.NewStream(cmd.MaxOutput(), live)
-		w[i] = io.MultiWriter(outputWriter{p.out[i]}, p.capt[i])
-	}
-	stdin := cmd.Stdin
-	if stdin == nil {
-		p.stdinR, p.stdin = io.Pipe()
-		stdin = p.stdinR
-	}
+	p, stdin, w := s.newProcess(cmd, o.tty, time.Now())
 	req := s.agentRequest(cmd)
 	req.TTY, req.Rows, req.Cols = o.tty, o.rows, o.cols
 	c, done := st.agent.take()
@@ -173,9 +162,39 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 		return nil, s.agentStartError(ctx, cmd.Name, err)
 	}
 	go func() { <-ap.Done(); done() }()
+	started = true      // released by wait
+	if !s.hold(p, ap) { // Remove began while it started: it ends with the sandbox
+		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, ErrRemoved)
+	}
+	return p, nil
+}
+
+// newProcess is a Process of s for cmd, begun at start, not yet running:
+// with the stdin to give its run (cmd's, or the pipe of its Stdin) and
+// the writers of its output.
+func (s *sandbox) newProcess(cmd exec.Command, tty bool, start time.Time) (*Process, io.Reader, [2]io.Writer) {
+	p := &Process{cmd: cmd, tty: tty, s: s, start: start, done: make(chan struct{})}
+	var w [2]io.Writer
+	for i, live := range []io.Writer{cmd.Stdout, cmd.Stderr} {
+		p.out[i] = newOutput(cmd.MaxOutput())
+		p.capt[i] = capture.NewStream(cmd.MaxOutput(), live)
+		w[i] = io.MultiWriter(outputWriter{p.out[i]}, p.capt[i])
+	}
+	stdin := cmd.Stdin
+	if stdin == nil {
+		p.stdinR, p.stdin = io.Pipe()
+		stdin = p.stdinR
+	}
+	return p, stdin, w
+}
+
+// hold makes p, its run ap under way and a place of MaxProcesses taken,
+// one of s's processes until it ends, and starts its Timeout. When s is
+// being removed, hold kills it, waits for its end and returns false.
+func (s *sandbox) hold(p *Process, ap *agent.Proc) bool {
 	p.p = ap
-	if cmd.Timeout > 0 {
-		p.timer = time.AfterFunc(cmd.Timeout, func() {
+	if p.cmd.Timeout > 0 {
+		p.timer = time.AfterFunc(p.cmd.Timeout, func() {
 			p.timedOut.Store(true)
 			_ = ap.Kill()
 		})
@@ -189,14 +208,13 @@ func (s *sandbox) Start(ctx context.Context, cmd exec.Command, opts ...StartOpti
 		s.live[p] = true
 	}
 	s.procMu.Unlock()
-	started = true // released by wait
 	go p.wait()
-	if closed { // Remove began while it started: it ends with the sandbox
+	if closed {
 		_ = ap.Kill()
 		<-p.done
-		return nil, fmt.Errorf("vm: %s: %w", cmd.Name, ErrRemoved)
+		return false
 	}
-	return p, nil
+	return true
 }
 
 // Processes implements [ProcessStarter]: see [Processes].

@@ -41,24 +41,28 @@ import (
 // failures joined. [WithLabel] narrows it to some sandboxes. [WithLogger]
 // receives each removal with its reason. [WithSnapshots] makes it
 // remove snapshots too (see there): their image IDs follow the
-// containers' in the list. Reap also removes the agent channel
+// containers' in the list; [WithCheckpoints], checkpoints (see there),
+// whose IDs come first. Reap also removes the agent channel
 // directories (sockets, no data) that dead processes of this machine
 // left.
 func Reap(ctx context.Context, olderThan time.Duration, opts ...Option) ([]string, error) {
 	o := newOptions(opts)
+	var removed []string
+	var errs []error
+	if o.checkpoints { // files of the caller's: Podman is not needed
+		removed, errs = reapCheckpoints(ctx, o, newOwnerCheck(), removed, errs)
+	}
 	d, err := o.driver(ctx)
 	if err != nil {
-		return nil, err
+		return removed, errors.Join(append(errs, err)...)
 	}
 	defer d.Close()
 	boxes, err := d.List(ctx, LabelManaged+"=true")
 	if err != nil {
-		return nil, err
+		return removed, errors.Join(append(errs, err)...)
 	}
 	chk := newOwnerCheck()
 	now := time.Now()
-	var removed []string
-	var errs []error
 	for _, b := range boxes {
 		if !hasLabels(b.Labels, o.labels) {
 			continue

@@ -1,0 +1,413 @@
+package vm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/ckpt"
+	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/podman"
+)
+
+// This file takes a running sandbox's checkpoint as files of the
+// caller's, and restores copies from it: sandboxes of their own, whose
+// processes go on from the checkpoint's instant.
+
+// CheckpointOptions says how [TakeCheckpoint] writes a checkpoint.
+type CheckpointOptions struct {
+	// Dir is the directory the checkpoint is written to: the caller's
+	// alone (mode 0700; made so when missing), never in the system's
+	// temporary directory. "" is [DefaultCheckpointDir].
+	Dir string
+	// Labels are added to the checkpoint's; podvm's own win.
+	Labels map[string]string
+	// Remove removes the sandbox once its checkpoint is written, as
+	// [VM.Remove] does: what it was lives on in the checkpoint alone.
+	// (To stop a sandbox and bring it back later on the same service,
+	// see [Suspend].)
+	Remove bool
+}
+
+// RestoreOptions says what [Restore] makes of a checkpoint.
+type RestoreOptions struct {
+	// Name is the new sandbox's container name; "" lets podvm choose one,
+	// "podvm-" and 12 hex digits.
+	Name string
+	// Labels are added to the source's Config.Labels.
+	Labels map[string]string
+}
+
+// TakeCheckpoint saves v's sandbox, running, as a [Checkpoint]: its
+// processes, their memory and its filesystem, in opts.Dir. The sandbox
+// goes on (unless opts.Remove), frozen for the length of the dump: calls
+// made meanwhile wait for its end, a Run in flight goes on as it was,
+// and its result is the original's alone (see [Restore]). It needs what
+// [CheckpointSupport] checks, which it asks first: [ErrNotSupported],
+// naming why, before anything changes.
+//
+// The dump fails, the sandbox left running and nothing written, when a
+// process in the sandbox holds what CRIU cannot dump (on Linux 6.18
+// with CRIU 4.1, any TCP socket: close them first), and when ctx ends
+// first. A sandbox whose agent talks over the host's unix socket (a
+// local Podman service) cannot be checkpointed yet. Remove waits for a
+// checkpoint under way.
+func TakeCheckpoint(ctx context.Context, v VM, opts CheckpointOptions) (*Checkpoint, error) {
+	s, ok := capability[interface {
+		checkpoint(context.Context, CheckpointOptions) (*Checkpoint, error)
+	}](v)
+	if !ok {
+		return nil, fmt.Errorf("%w: checkpoint: %T cannot checkpoint", ErrNotSupported, v)
+	}
+	return s.checkpoint(ctx, opts)
+}
+
+func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Checkpoint, error) {
+	dir, err := checkpointDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.container()
+	if err != nil {
+		return nil, err
+	}
+	if s.chanDir != "" {
+		return nil, fmt.Errorf("%w: checkpoint: the sandbox's agent talks over the host's unix socket, which a checkpoint cannot carry yet", ErrNotSupported)
+	}
+	if err := s.checkpointSupport(ctx); err != nil {
+		return nil, err
+	}
+	if err := openCheckpointDir(dir); err != nil {
+		return nil, err
+	}
+	c := s.d.(driver.Checkpointer) // checkpointSupport found it
+	_, service := s.d.Local()
+	m := checkpointMeta{Version: checkpointMetaVersion, ID: randomHex(), Source: st.id, Service: service,
+		Image: s.cfg.Image, Config: s.cfg}
+	if !s.cfg.PodmanExec {
+		arch := runtime.GOARCH
+		if st.agent != nil {
+			arch = st.agent.main.Info().Arch
+		}
+		if m.Agent, err = agent.Digest(arch); err != nil {
+			return nil, err
+		}
+	}
+	partial := filepath.Join(dir, spoolName(m.ID, "partial"))
+	defer os.Remove(partial) // renamed once whole
+	var main *agent.Client
+	if st.agent != nil {
+		main = st.agent.main
+		if err := main.Freeze(ctx); err != nil {
+			return nil, fmt.Errorf("vm: checkpoint: %w", err)
+		}
+		m.NextRun, m.Processes = main.NextRun(), s.heldRecords()
+	}
+	_, err = finishDespiteCancel(ctx, "checkpoint", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, c.Export(ctx, st.id, partial)
+	})
+	if main != nil {
+		if terr := main.Thaw(); terr != nil && err == nil {
+			err = fmt.Errorf("the sandbox's agent did not go on: %w", terr)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+	}
+	info, size, err := inspectArchive(partial)
+	if err != nil {
+		return nil, fmt.Errorf("vm: checkpoint: the archive Podman wrote: %w", err)
+	}
+	if info.ID != st.id {
+		return nil, fmt.Errorf("%w: the archive Podman wrote is of container %s, not %s", ErrInvalidCheckpoint, info.ID, st.id)
+	}
+	m.Labels = maps.Clone(opts.Labels)
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
+	}
+	m.Labels[LabelCheckpoint] = "true"
+	m.Labels[LabelCheckpointSource] = st.id
+	setOwner(m.Labels)
+	m.Created, m.Size = time.Now(), size
+	m.Labels[LabelCreated] = strconv.FormatInt(m.Created.Unix(), 10)
+	archive := filepath.Join(dir, m.ID+".tar")
+	if err := os.Rename(partial, archive); err != nil {
+		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+	}
+	if err := writeMeta(dir, m); err != nil {
+		os.Remove(archive)
+		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+	}
+	cp := &Checkpoint{ID: m.ID, Path: archive, Source: m.Source, Image: m.Image, Created: m.Created, Size: m.Size,
+		Labels: maps.Clone(m.Labels), meta: m}
+	if opts.Remove {
+		s.mu.Unlock()
+		err := s.Remove(ctx)
+		s.mu.Lock()
+		if err != nil {
+			return cp, fmt.Errorf("vm: checkpoint %s written; removing the sandbox: %w", cp.ID, err)
+		}
+	}
+	return cp, nil
+}
+
+// heldRecords lists the processes of Start that live, for a copy to
+// adopt; the agent is frozen.
+func (s *sandbox) heldRecords() []heldRecord {
+	var list []heldRecord
+	for _, p := range s.Processes() {
+		c := p.cmd
+		list = append(list, heldRecord{Run: p.p.ID(), PID: p.PID(), Name: c.Name, Args: c.Args, Dir: c.Dir,
+			TTY: p.tty, MaxOutput: c.MaxOutputBytes, Start: p.start})
+	}
+	return list
+}
+
+// inspectArchive checks the archive at path as a restore needs it whole,
+// and returns what its config.dump says and its size.
+func inspectArchive(path string) (ckpt.Info, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return ckpt.Info{}, 0, err
+	}
+	defer f.Close()
+	info, err := ckpt.Inspect(f)
+	if err != nil {
+		return info, 0, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return info, 0, err
+	}
+	return info, fi.Size(), nil
+}
+
+// Restore makes a new sandbox from checkpoint cp, created and running,
+// on the Podman service the options find as [New] finds one: the
+// sandbox's processes go on from the checkpoint's instant, in a
+// container of their own (its own ID, name, labels and owner: the
+// caller), reached through the same calls as any sandbox, which the
+// caller removes. Restore may be called at once for many copies of one
+// checkpoint.
+//
+// What a copy keeps, and what it cannot:
+//
+//   - A process held by handle at the checkpoint ([Start]) goes on in
+//     the copy; [Processes] of the copy returns a new handle on it (its
+//     Command without the original's Stdin, Stdout, Stderr and
+//     Timeout; output from the checkpoint's instant on).
+//   - A Run in flight at the checkpoint is the original's: it is killed
+//     in the copy, unheard. So are connections of [Dial] and [Forward].
+//   - Memory is the same in every copy: a random generator seeded before
+//     the checkpoint (a shell's $RANDOM, math/rand with a fixed seed, a
+//     generator of UUIDs) yields the same numbers in each; reads of
+//     /dev/urandom and getrandom made after the restore differ.
+//   - The clocks are the host's: CLOCK_REALTIME and CLOCK_MONOTONIC jump
+//     forward by the time since the checkpoint, and timers due in between
+//     fire at once.
+//   - The hostname is the source's.
+//
+// It fails with [ErrCheckpointNotFound] when cp's files are gone,
+// [ErrInvalidCheckpoint] when they are not a whole checkpoint, an error
+// matching [ErrImageNotFound] when the service lacks the sandbox's
+// image (nothing is pulled: the checkpoint holds a layer on top of that
+// image, exactly), [ErrNotSupported] as [CheckpointSupport] says or when
+// cp was taken by a podvm with another agent, all before anything is
+// made. When a later step fails, or ctx ends, what was made is removed.
+func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Option) (VM, error) {
+	if cp == nil {
+		return nil, fmt.Errorf("%w: nil checkpoint", ErrInvalidCheckpoint)
+	}
+	m := cp.meta
+	if m.ID == "" {
+		return nil, fmt.Errorf("%w: a Checkpoint that TakeCheckpoint, OpenCheckpoint or ListCheckpoints did not return", ErrInvalidCheckpoint)
+	}
+	if m.Agent != "" {
+		if d, err := agent.Digest(runtime.GOARCH); err != nil || d != m.Agent {
+			return nil, fmt.Errorf("%w: restore: checkpoint %s holds another podvm's agent (%s), which this one cannot speak to", ErrNotSupported, cp.ID, m.Agent)
+		}
+	}
+	cfg := m.Config
+	cfg.Name = ro.Name
+	cfg.Labels = maps.Clone(cfg.Labels)
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	maps.Copy(cfg.Labels, ro.Labels)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(cp.Path); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s: its archive %s is gone", ErrCheckpointNotFound, cp.ID, cp.Path)
+	}
+	o := newOptions(opts)
+	d, err := o.driver(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v interface {
+		VM
+		init(driver.Driver, Config) error
+		restore(context.Context, *Checkpoint) error
+	} = new(CLIVM)
+	if _, ok := d.(podman.API); ok {
+		v = new(APIVM)
+	}
+	if err := v.init(d, cfg); err != nil {
+		return nil, err
+	}
+	if err := v.restore(ctx, cp); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// restore makes s, new, from cp.
+func (s *sandbox) restore(ctx context.Context, cp *Checkpoint) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer func() {
+		if err != nil {
+			s.d.Close()
+			st := s.state()
+			st.removed = true
+			s.st.Store(&st)
+		}
+	}()
+	s.created = true
+	m := cp.meta
+	if err := s.checkpointSupport(ctx); err != nil {
+		return err
+	}
+	c := s.d.(driver.Checkpointer)
+	if _, err := s.d.Image(ctx, m.Image); err != nil {
+		if errors.Is(err, ErrImageNotFound) {
+			return fmt.Errorf("vm: restore %s: the checkpoint holds the sandbox's layer on top of image %s, which the service does not have: %w", cp.ID, m.Image, err)
+		}
+		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+	}
+	id, err := newContainerID()
+	if err != nil {
+		return err
+	}
+	name := s.cfg.Name
+	if name == "" {
+		name = "podvm-" + s.token[:12]
+	}
+	labels := s.cfg.labels()
+	labels[labelToken] = s.token
+	labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
+	labels[LabelRestoredFrom] = cp.ID
+	spool := filepath.Join(filepath.Dir(cp.Path), spoolName(id[:24], "restore"))
+	defer os.Remove(spool)
+	if err := rewriteArchive(spool, cp.Path, ckpt.Identity{ID: id, Name: name, Labels: labels}); err != nil {
+		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+	}
+	s.made = true // from here on, a failure removes id
+	defer func() {
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if rerr := s.d.Remove(rctx, id); rerr != nil && !errors.Is(rerr, ErrNoSuchContainer) {
+				err = errors.Join(err, fmt.Errorf("vm: removing what the failed restore made: %w", rerr))
+			}
+		}
+	}()
+	got, err := finishDespiteCancel(ctx, "restore", func(ctx context.Context) (string, error) {
+		return c.Import(ctx, spool)
+	})
+	if err != nil {
+		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+	}
+	if got != id {
+		return fmt.Errorf("%w: restore %s: Podman made container %s, not %s", ErrPodman, cp.ID, got, id)
+	}
+	st := state{id: id}
+	if m.Agent != "" {
+		l, err := s.resumeCopy(ctx, c, id, m)
+		if err != nil {
+			return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+		}
+		st.agent = l
+	}
+	s.st.Store(&st)
+	return nil
+}
+
+// resumeCopy reaches the agent of copy id, restored from m, and adopts
+// the processes m lists as s's.
+func (s *sandbox) resumeCopy(ctx context.Context, c driver.Checkpointer, id string, m checkpointMeta) (*link, error) {
+	procs := make([]*Process, len(m.Processes))
+	adopt := make([]agent.Adoption, len(m.Processes))
+	for i, h := range m.Processes {
+		cmd := exec.Command{Name: h.Name, Args: h.Args, Dir: h.Dir, MaxOutputBytes: h.MaxOutput}
+		p, stdin, w := s.newProcess(cmd, h.TTY, h.Start)
+		procs[i] = p
+		adopt[i] = agent.Adoption{ID: h.Run, PID: h.PID, Stdin: stdin, Stdout: w[0], Stderr: w[1]}
+	}
+	hctx, cancel := context.WithTimeout(ctx, agentHello)
+	defer cancel()
+	rw, err := c.AttachRunning(hctx, id)
+	if err != nil {
+		return nil, err
+	}
+	client, aps, err := agent.ResumeCopy(hctx, rw, m.NextRun, adopt)
+	if err != nil {
+		return nil, fmt.Errorf("the copy's agent did not answer: %w", err)
+	}
+	for i, p := range procs {
+		s.reserve(&s.procs, MaxProcesses) // as many as the source held
+		s.hold(p, aps[i])
+	}
+	return newLink(client, nil, nil), nil
+}
+
+// newContainerID returns a container ID as Podman makes them.
+func newContainerID() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// rewriteArchive writes to dst, a new file, the archive at src rewritten
+// for id.
+func rewriteArchive(dst, src string, id ckpt.Identity) error {
+	in, err := os.Open(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s is gone", ErrCheckpointNotFound, src)
+	}
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = ckpt.Rewrite(out, in, id)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, ckpt.ErrInvalid) {
+		err = fmt.Errorf("%w: %w", ErrInvalidCheckpoint, err)
+	}
+	return err
+}
