@@ -117,10 +117,10 @@ type Client struct {
 	bye  chan wire.ByeMsg
 	// Answers are taken only when asked for: an agent that sends them
 	// unasked cannot have a later Shutdown or Listen take a stale one.
-	byeAsked    atomic.Bool   // Shutdown sent: a Bye may come
-	listenAsked atomic.Int32  // Listens sent whose Listening has not come
-	frozenAsked atomic.Bool   // Freeze sent: its Frozen may come
-	frozenAns   chan struct{} // Frozen came
+	byeAsked    atomic.Bool         // Shutdown sent: a Bye may come
+	listenAsked atomic.Int32        // Listens sent whose Listening has not come
+	frozenAsked atomic.Bool         // Freeze sent: its Frozen may come
+	frozenAns   chan wire.FrozenMsg // Frozen came
 
 	listenMu  sync.Mutex // one Listen at a time
 	listening chan wire.ListeningMsg
@@ -157,7 +157,7 @@ func newClient(rw io.ReadWriteCloser, h wire.HelloMsg) *Client {
 	c := &Client{
 		rw:   rw,
 		info: Info{Version: int(h.Version), PID: int(h.PID), UID: int(h.UID), GID: int(h.GID), Arch: h.Arch, GoVersion: h.GoVersion, Dir: h.Dir},
-		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1), frozenAns: make(chan struct{}, 1),
+		runs: map[uint32]*clientRun{}, bye: make(chan wire.ByeMsg, 1), listening: make(chan wire.ListeningMsg, 1), frozenAns: make(chan wire.FrozenMsg, 1),
 		dead: make(chan struct{}), demuxDone: make(chan struct{}),
 	}
 	c.gate.idle.L = &c.gate.mu
@@ -275,34 +275,35 @@ func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) 
 // last as long as a checkpoint. Runs go on in the sandbox; their output
 // waits in their pipes. When ctx ends or the channel fails first, the
 // agent is thawed as soon as it answers, and Freeze returns the error.
-// A second Freeze before Thaw is an error.
-func (c *Client) Freeze(ctx context.Context) error {
+// A second Freeze before Thaw is an error. Freeze returns what the
+// agent found that a checkpoint may not carry.
+func (c *Client) Freeze(ctx context.Context) (Frozen, error) {
 	c.freezeMu.Lock()
 	defer c.freezeMu.Unlock()
 	if c.isFrozen {
-		return errors.New("agent: freezing: already frozen")
+		return Frozen{}, errors.New("agent: freezing: already frozen")
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return Frozen{}, err
 	}
 	c.gate.shut()
 	c.frozenAsked.Store(true)
 	if err := c.write(wire.Frame{Type: wire.Freeze}); err != nil {
 		c.gate.open()
-		return err
+		return Frozen{}, err
 	}
 	select {
-	case <-c.frozenAns:
+	case m := <-c.frozenAns:
 		if err := ctx.Err(); err != nil { // it ended too: not frozen after all
 			_ = c.write(wire.Frame{Type: wire.Thaw})
 			c.gate.open()
-			return err
+			return Frozen{}, err
 		}
 		c.isFrozen = true
-		return nil
+		return Frozen(m), nil
 	case <-c.dead:
 		c.gate.open()
-		return c.err
+		return Frozen{}, c.err
 	case <-ctx.Done():
 		go func() { // its Frozen is still to come: thaw it then
 			defer c.gate.open()
@@ -312,8 +313,15 @@ func (c *Client) Freeze(ctx context.Context) error {
 			case <-c.dead:
 			}
 		}()
-		return ctx.Err()
+		return Frozen{}, ctx.Err()
 	}
+}
+
+// Frozen is what a frozen agent found in the sandbox that a checkpoint
+// may not carry: TCP lists its TCP sockets, each with the processes
+// that hold it ("pid 12 (nc) listening on 0.0.0.0:8080").
+type Frozen struct {
+	TCP []string
 }
 
 // Thaw lets a frozen channel go on: the agent sends again, and calls
@@ -524,8 +532,12 @@ func (c *Client) route(f wire.Frame) error {
 		if !c.frozenAsked.CompareAndSwap(true, false) {
 			return fmt.Errorf("%w: a Frozen frame nobody asked for", wire.ErrProtocol)
 		}
+		m, err := wire.DecodeFrozen(f.Payload)
+		if err != nil {
+			return err
+		}
 		select {
-		case c.frozenAns <- struct{}{}: // what the one Freeze in flight waits for
+		case c.frozenAns <- m: // what the one Freeze in flight waits for
 			return nil
 		default: // never block the reading of frames
 			return fmt.Errorf("%w: a second Frozen", wire.ErrProtocol)

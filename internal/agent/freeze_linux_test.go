@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +29,7 @@ func TestFreezeHoldsFramesUntilThaw(t *testing.T) {
 	ended := make(chan result, 1)
 	go func() { ended <- a.sh(ctx, "sleep 0.3; echo done") }()
 	time.Sleep(100 * time.Millisecond) // the Run has started
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	select {
 	case r := <-ended:
 		t.Fatalf("the run's end came through a frozen channel: %+v", r)
@@ -67,7 +70,7 @@ func TestFreezeMidStreamLosesNothing(t *testing.T) {
 			t.Fatalf("the stream did not end, after %d freezes", freezes)
 		default:
 		}
-		require.NoError(t, a.Freeze(ctx), "freeze %d", freezes)
+		require.NoError(t, a.freeze(ctx), "freeze %d", freezes)
 		time.Sleep(5 * time.Millisecond)
 		require.NoError(t, a.Thaw(), "thaw %d", freezes)
 		time.Sleep(5 * time.Millisecond)
@@ -80,8 +83,8 @@ func TestFreezeMisuse(t *testing.T) {
 	a := startAgent(t)
 	ctx := context.Background()
 	assert.Error(t, a.Thaw(), "Thaw without Freeze")
-	require.NoError(t, a.Freeze(ctx))
-	assert.Error(t, a.Freeze(ctx), "Freeze twice")
+	require.NoError(t, a.freeze(ctx))
+	assert.Error(t, a.freeze(ctx), "Freeze twice")
 	require.NoError(t, a.Thaw())
 	assert.Equal(t, "hi\n", a.sh(ctx, "echo hi").stdout)
 }
@@ -96,7 +99,7 @@ func TestFrozenAgentRefusesFrames(t *testing.T) {
 	ended := make(chan result, 1)
 	go func() { ended <- a.sh(ctx, "sleep 100") }()
 	time.Sleep(100 * time.Millisecond)
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.write(wire.Frame{Type: wire.Kill, ID: 1}), "a frame the client would have held back")
 	select {
 	case <-a.Dead():
@@ -113,9 +116,9 @@ func TestFreezeCancelled(t *testing.T) {
 	a := startAgent(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.ErrorIs(t, a.Freeze(ctx), context.Canceled)
+	require.ErrorIs(t, a.freeze(ctx), context.Canceled)
 	assert.Equal(t, "hi\n", a.sh(context.Background(), "echo hi").stdout, "thawed once the agent answered")
-	require.NoError(t, a.Freeze(context.Background()))
+	require.NoError(t, a.freeze(context.Background()))
 	require.NoError(t, a.Thaw())
 }
 
@@ -216,7 +219,7 @@ func TestRebindGoesOnWhereItWas(t *testing.T) {
 	_, _ = stdinW.Write([]byte("one\n"))
 	require.Eventually(t, func() bool { return out.String() == "got one\n" }, 10*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.Detach())
 	r.cut()
 	<-a.reading() // the end of the stream, which is no failure
@@ -251,11 +254,11 @@ func TestRebindRefusals(t *testing.T) {
 	idle, _ := io.Pipe()
 	require.Error(t, a.Rebind(ctx, &relayEnd{Reader: idle, Writer: io.Discard, close: func() { idle.Close() }}), "not detached")
 	require.Error(t, a.Detach(), "not frozen")
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.Detach())
 	require.NoError(t, a.Thaw(), "the stream did not end after all: the client stays on it")
 	assert.Equal(t, "hi\n", a.sh(ctx, "echo hi").stdout)
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.Detach())
 	r.cut()
 
@@ -267,7 +270,7 @@ func TestRebindRefusals(t *testing.T) {
 	require.NoError(t, a.Rebind(ctx, r.stream()), "still detached: another try")
 	assert.Equal(t, "hi\n", a.sh(ctx, "echo hi").stdout)
 
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.Detach())
 	r.cut()
 	ended := make(chan error, 1)
@@ -311,7 +314,7 @@ func TestResumeCopyAdoptsKeptRuns(t *testing.T) {
 	_, _ = stdinW.Write([]byte("one\n"))
 	require.Eventually(t, func() bool { return out.String() == "got one\n" }, 10*time.Second, 10*time.Millisecond)
 
-	require.NoError(t, a.Freeze(ctx))
+	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.Detach())
 	next := a.NextRun()
 	r.cut()
@@ -346,4 +349,30 @@ func TestResumeCopyAdoptsKeptRuns(t *testing.T) {
 	ex, err := procs[0].Wait(ctx)
 	require.NoError(t, err)
 	assert.True(t, ex.Killed)
+}
+
+// freeze is Freeze without what the agent found.
+func (a *testAgent) freeze(ctx context.Context) error {
+	_, err := a.Freeze(ctx)
+	return err
+}
+
+// Frozen names the TCP sockets of the sandbox's processes, and who holds
+// them: what a dump may fail on.
+func TestFrozenNamesTCPSockets(t *testing.T) {
+	t.Parallel()
+	a := startAgent(t)
+	ctx := context.Background()
+	l, err := a.Start(ctx, Request{Argv: []string{"/bin/busybox", "nc", "-l", "-p", "38917"}}, nil, io.Discard, io.Discard)
+	require.NoError(t, err)
+	defer l.Kill()
+	holder := fmt.Sprintf("pid %d (busybox) listening on ", l.PID())
+	var last []string
+	require.Eventually(t, func() bool {
+		f, err := a.Freeze(ctx)
+		require.NoError(t, err)
+		require.NoError(t, a.Thaw())
+		last = f.TCP
+		return slices.ContainsFunc(f.TCP, func(s string) bool { return strings.HasPrefix(s, holder) && strings.HasSuffix(s, ":38917") })
+	}, 10*time.Second, 50*time.Millisecond, "want %q…:38917 in %q", holder, last)
 }

@@ -263,7 +263,8 @@ func (s *session) dispatch(f wire.Frame) error {
 		// for a checkpoint to take.
 		s.gate.Lock()
 		s.frozen = true
-		return s.write(wire.Frame{Type: wire.Frozen})
+		m := wire.FrozenMsg{TCP: tcpSockets()}
+		return s.write(wire.Frame{Type: wire.Frozen, Payload: m.Encode()})
 	case wire.Thaw, wire.Resume:
 		var err error
 		if f.Type == wire.Resume {

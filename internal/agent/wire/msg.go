@@ -100,6 +100,14 @@ type ListeningMsg struct {
 	Err  string
 }
 
+// FrozenMsg is a Frozen's payload: what the sandbox holds that a
+// checkpoint may not carry, for the host to name when a dump fails. TCP
+// lists each TCP socket, with the process that holds it ("pid 12 (nc)
+// listening on 0.0.0.0:8080").
+type FrozenMsg struct {
+	TCP []string
+}
+
 // ResumeMsg is a Resume's payload when the client is a new one, of a
 // copy restored from a checkpoint (Fresh): the runs it adopts (Keep) go
 // on with their windows full, as a new client counts them, and the
@@ -331,6 +339,16 @@ func DecodeListen(p []byte) (ListenMsg, error) {
 	if d.err == nil && port > math.MaxUint16 {
 		d.err = fmt.Errorf("%w: port %d", ErrProtocol, port)
 	}
+	return m, d.done()
+}
+
+// Encode returns the payload of a Frozen frame.
+func (m FrozenMsg) Encode() []byte { return enc(nil).strs(m.TCP) }
+
+// DecodeFrozen parses a Frozen payload.
+func DecodeFrozen(p []byte) (FrozenMsg, error) {
+	d := &dec{b: p}
+	m := FrozenMsg{TCP: d.strs()}
 	return m, d.done()
 }
 

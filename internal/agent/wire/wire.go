@@ -18,7 +18,8 @@ import (
 // connections to the sandbox's network; terminals (StartMsg.TTY, Resize).
 // Version 4: Listen and Listening frames, for channels over a network.
 // Version 5: Freeze, Frozen, Thaw and Resume, for checkpoints. Version
-// 6: a Resume's ResumeMsg, for copies restored from a checkpoint.
+// 6: a Resume's ResumeMsg, for copies restored from a checkpoint, and a
+// Frozen's FrozenMsg.
 const Version = 6
 
 // Type is a frame's type.
@@ -43,7 +44,7 @@ const (
 	Listen                    // client→agent, run id 0: a ListenMsg, serve channels on a TCP port
 	Listening                 // agent→client, run id 0: a ListeningMsg, the answer to Listen
 	Freeze                    // client→agent, run id 0: send nothing more on this channel until Thaw
-	Frozen                    // agent→client, run id 0: the answer to Freeze, its last frame before Thaw
+	Frozen                    // agent→client, run id 0: a FrozenMsg, the answer to Freeze, its last frame before Thaw
 	Thaw                      // client→agent, run id 0: the session goes on
 	Resume                    // client→agent, run id 0: Thaw on a channel the client came back on, a ResumeMsg (empty: the same client); the agent says Hello first
 )

@@ -130,6 +130,16 @@ func TestListenRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, ErrProtocol, "a port past 65535")
 }
 
+func TestFrozenRoundTrip(t *testing.T) {
+	for _, m := range []FrozenMsg{{TCP: []string{}}, {TCP: []string{"pid 12 (nc) listening on 0.0.0.0:8080", ""}}} {
+		got, err := DecodeFrozen(m.Encode())
+		require.NoError(t, err)
+		assert.Equal(t, m, got)
+	}
+	_, err := DecodeFrozen(nil)
+	assert.ErrorIs(t, err, ErrProtocol)
+}
+
 func TestResumeRoundTrip(t *testing.T) {
 	for _, m := range []ResumeMsg{{}, {Fresh: true}, {Fresh: true, Keep: []uint32{1, 7, 1 << 31}}} {
 		got, err := DecodeResume(m.Encode())
