@@ -1,9 +1,15 @@
 package vm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,6 +161,54 @@ func (s *sandbox) probeCheckpoint(ctx context.Context, c driver.Checkpointer) er
 	return remove(nil)
 }
 
+// dumpError is err, a failed dump's, with what may name its cause where
+// the engine's error does not: the TCP sockets the frozen agent found,
+// and CRIU's own errors from its log where the service's files are
+// this machine's.
+func (s *sandbox) dumpError(err error, f agent.Frozen) error {
+	if !errors.Is(err, ErrPodman) {
+		return err // not the engine's: ctx, the service unreachable
+	}
+	if len(f.TCP) > 0 {
+		err = fmt.Errorf("%w; the sandbox holds TCP sockets, which CRIU may not dump (CRIU 4.1 on Linux 6.18 dumps none: close them first): %s", err, strings.Join(f.TCP, "; "))
+	}
+	if local, _ := s.d.Local(); local {
+		if log := criuErrors(err.Error()); log != "" {
+			err = fmt.Errorf("%w; CRIU's log: %s", err, log)
+		}
+	}
+	return err
+}
+
+// workPathRE finds the directory of CRIU's log in runc's command line,
+// as Podman's error quotes it.
+var workPathRE = regexp.MustCompile(`--work-path (/\S+)`)
+
+// criuErrors returns the last of the error lines of the dump.log that
+// msg's runc command line names, "" when there is none to read.
+func criuErrors(msg string) string {
+	m := workPathRE.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	f, err := os.Open(filepath.Join(m[1], "dump.log"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(io.LimitReader(f, 4<<20))
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, "Error (") {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	if len(lines) > 4 {
+		lines = lines[len(lines)-4:]
+	}
+	return strings.Join(lines, " | ")
+}
+
 // unclosed is a driver whose Close does nothing: another sandbox's,
 // lent.
 type unclosed struct{ driver.Driver }
@@ -225,9 +279,10 @@ func (s *sandbox) suspend(ctx context.Context) error {
 	c := s.d.(driver.Checkpointer) // checkpointSupport found it
 	s.setSuspended(true)           // new calls fail from now on, rather than wait
 	var main *agent.Client
+	var frozen agent.Frozen
 	if st.agent != nil {
 		main = st.agent.main
-		if err := main.Freeze(ctx); err != nil {
+		if frozen, err = main.Freeze(ctx); err != nil {
 			s.setSuspended(false)
 			return fmt.Errorf("vm: suspend: %w", err)
 		}
@@ -244,6 +299,7 @@ func (s *sandbox) suspend(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
+	err = s.dumpError(err, frozen)
 	// A failed dump leaves the sandbox running: on its stream, or on a
 	// new one where that ended.
 	if main != nil && main.Thaw() != nil {

@@ -109,9 +109,10 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	partial := filepath.Join(dir, spoolName(m.ID, "partial"))
 	defer os.Remove(partial) // renamed once whole
 	var main *agent.Client
+	var frozen agent.Frozen
 	if st.agent != nil {
 		main = st.agent.main
-		if err := main.Freeze(ctx); err != nil {
+		if frozen, err = main.Freeze(ctx); err != nil {
 			return nil, fmt.Errorf("vm: checkpoint: %w", err)
 		}
 		m.NextRun, m.Processes = main.NextRun(), s.heldRecords()
@@ -119,6 +120,9 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	_, err = finishDespiteCancel(ctx, "checkpoint", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.Export(ctx, st.id, partial)
 	})
+	if err != nil {
+		err = s.dumpError(err, frozen)
+	}
 	if main != nil {
 		if terr := main.Thaw(); terr != nil && err == nil {
 			err = fmt.Errorf("the sandbox's agent did not go on: %w", terr)
@@ -250,15 +254,18 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 		cfg.Labels = map[string]string{}
 	}
 	maps.Copy(cfg.Labels, ro.Labels)
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if _, err := os.Stat(cp.Path); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s: its archive %s is gone", ErrCheckpointNotFound, cp.ID, cp.Path)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	o := newOptions(opts)
 	d, err := o.driver(ctx)
 	if err != nil {
+		if ctx.Err() != nil { // what ended the search for a service
+			return nil, fmt.Errorf("vm: restore %s: %w (%v)", cp.ID, ctx.Err(), err)
+		}
 		return nil, err
 	}
 	var v interface {
