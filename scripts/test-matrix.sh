@@ -12,8 +12,8 @@
 #
 # Per server: the vm test binary (go test -c -race), -test.run '^TestParity(Exec)?$'
 # (and TestRootlessLimits, which skips where limits are enforced, and
-# TestCheckpointSupport and TestSuspendResume, supported on the 5.4 row
-# alone),
+# the checkpoint tests, which work on the 5.4 row alone and show the
+# refusal elsewhere),
 # with CONTAINER_HOST and PODVM_TEST_IMAGE of that server, PODVM_SERVER
 # (podman4 or podman5), PODVM_PODMAN (the podman CLI the CLI backend runs:
 # the host's podman for 4.3, scripts/podman5-cli for 5.4, which is remote
@@ -62,8 +62,8 @@ export PODVM_UNIXECHO="$OUT/unixecho"
 # `export` lines are ENV, with CLI as the CLI backend's podman (REMOTE=1: it
 # has no local mode), run by the command AS (scripts/as-rootless: as the
 # rootless user) or by this user; TESTS ("TestA|TestB") replace the
-# default tests (the parity suites, TestRootlessLimits, TestCheckpointSupport,
-# TestSuspendResume).
+# default tests (the parity suites, TestRootlessLimits, and the
+# checkpoint tests: TestCheckpoint*, TestRestore*, TestSuspendResume).
 # Records the test binary's failure in
 # SERVER.failed and the podvm containers that appeared during the run, and
 # are still there after it, in SERVER.leaks; it removes none (the service
@@ -86,7 +86,7 @@ run() (
 	start=$(date +%s)
 	status=0
 	(cd vm && $as "$OUT/vm.test" -test.v -test.count=1 -test.timeout 30m \
-		-test.run "^(${tests:-TestParity|TestRootlessLimits|TestCheckpointSupport|TestSuspendResume})\$") >"$OUT/$server.log" 2>&1 || status=$?
+		-test.run "^(${tests:-TestParity|TestRootlessLimits|TestCheckpoint[A-Za-z]*|TestRestore[A-Za-z]*|TestSuspendResume})\$") >"$OUT/$server.log" 2>&1 || status=$?
 	scripts/conformance-table.sh -r "$OUT/$server.log" >"$OUT/$server.cases" || true
 	tail -n 3 "$OUT/$server.log" >&2
 	log "$server: exit status $status after $(($(date +%s) - start)) s"
@@ -145,7 +145,7 @@ $(sample server)" "$REPO/scripts/podman5-cli" 1 # it has no local mode
 # them the channel's mount, Reap's owner check, the image archive.
 run rootless "$envr
 $(sample rootless)" /usr/bin/podman "" "$REPO/scripts/as-rootless" \
-	"TestParity|TestRootlessLimits|TestCheckpointSupport|TestSuspendResume|TestChannelDirIsClosedToTheSandbox|TestReap|TestImageArchive"
+	"TestParity|TestRootlessLimits|TestCheckpointSupport|TestSuspendResume|TestCheckpointRestore|TestChannelDirIsClosedToTheSandbox|TestReap|TestImageArchive"
 SERVERS="podman4 ssh podman5 rootless"
 
 # --- the table ----------------------------------------------------------------------

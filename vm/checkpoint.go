@@ -92,6 +92,20 @@ func (s *sandbox) checkpointSupport(ctx context.Context) error {
 	return err
 }
 
+// checkpointable returns nil when s's sandbox can be checkpointed, else
+// an error matching ErrNotSupported that names why: first what the
+// engine cannot do, which nothing of the caller's changes, then what
+// Config.Checkpointable would.
+func (s *sandbox) checkpointable(ctx context.Context) error {
+	if err := s.checkpointSupport(ctx); err != nil {
+		return err
+	}
+	if s.chanDir != "" {
+		return fmt.Errorf("%w: checkpoints: the sandbox's agent talks over a unix socket of the caller's, which no checkpoint can carry; a sandbox made with Config.Checkpointable talks over its stdio", ErrNotSupported)
+	}
+	return nil
+}
+
 // probeCheckpoint suspends and resumes a probe sandbox like s (its image,
 // network, the agent or Podman exec) on s's engine, through c, and
 // removes it. A failure of the engine's at that is ErrNotSupported,
@@ -105,7 +119,8 @@ func (s *sandbox) probeCheckpoint(ctx context.Context, c driver.Checkpointer) er
 	_, service := s.d.Local()
 	var p sandbox
 	p.prepare(Config{Image: s.cfg.Image, Network: s.cfg.Network, PodmanExec: s.cfg.PodmanExec, Pids: s.cfg.Pids,
-		Pull: s.cfg.Pull, ImageArchive: s.cfg.ImageArchive, Name: "podvm-criu-probe-" + randomHex()[:12]})
+		Pull: s.cfg.Pull, ImageArchive: s.cfg.ImageArchive, Name: "podvm-criu-probe-" + randomHex()[:12],
+		Checkpointable: true}) // whether the engine can: a socket's connection to us no dump can carry
 	// s's driver, lent: the probe's Remove must not close it. (What else
 	// the driver offers, as Limiter, the probe does without.)
 	p.d = unclosed{s.d}
@@ -225,10 +240,9 @@ func (unclosed) Close() {}
 // with [ErrSuspended]; a Run in flight, a process held by handle and
 // its output wait, and go on after Resume; Remove removes the sandbox,
 // its checkpoint with it. A failed dump leaves the sandbox running and
-// usable. Suspending a suspended sandbox does nothing. A sandbox whose
-// agent talks over the host's unix socket (a local Podman service)
-// cannot be suspended yet: that channel cannot be carried across a
-// checkpoint.
+// usable. Suspending a suspended sandbox does nothing. On a Podman
+// service of this machine, the sandbox must be made with
+// [Config.Checkpointable].
 func Suspend(ctx context.Context, v VM) error {
 	s, ok := capability[interface {
 		suspend(context.Context) error
@@ -270,10 +284,7 @@ func (s *sandbox) suspend(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	if s.chanDir != "" { // before a probe sandbox is made for nothing
-		return fmt.Errorf("%w: suspend: the sandbox's agent talks over the host's unix socket, which a checkpoint cannot carry yet", ErrNotSupported)
-	}
-	if err := s.checkpointSupport(ctx); err != nil {
+	if err := s.checkpointable(ctx); err != nil {
 		return err
 	}
 	c := s.d.(driver.Checkpointer) // checkpointSupport found it

@@ -87,6 +87,7 @@ func TestSuspendResume(t *testing.T) {
 				err := vm.Suspend(ctx, v)
 				t.Logf("Suspend: %v", err)
 				require.ErrorIs(t, err, vm.ErrNotSupported)
+				assert.ErrorContains(t, err, "checkpoints: the Podman service", "the engine's reason")
 				res, err := v.Run(ctx, exec.Command{Name: "cat", Args: []string{"/tmp/state"}})
 				require.NoError(t, err, "nothing changed")
 				assert.Equal(t, "kept", res.Stdout)
@@ -124,11 +125,11 @@ func TestSuspendResume(t *testing.T) {
 }
 
 // testVM returns a VM of the test image made by h, not created, removed
-// when the test ends; without a pids limit where the service enforces
-// none.
+// when the test ends, checkpointable (its agent on its stdio); without a
+// pids limit where the service enforces none.
 func testVM(t *testing.T, env podmantest.Env, h vmHarness) vm.VM {
 	t.Helper()
-	cfg := vm.Config{Image: env.Image}
+	cfg := vm.Config{Image: env.Image, Checkpointable: true}
 	if env.PidsUnenforced {
 		cfg.Pids = vm.NoPidsLimit
 	}
@@ -172,6 +173,7 @@ func TestCheckpointRestore(t *testing.T) {
 				_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
 				t.Logf("TakeCheckpoint: %v", err)
 				require.ErrorIs(t, err, vm.ErrNotSupported)
+				assert.ErrorContains(t, err, "checkpoints: the Podman service", "the engine's reason")
 				entries, _ := os.ReadDir(dir)
 				assert.Empty(t, entries, "nothing written")
 				return

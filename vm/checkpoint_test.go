@@ -77,3 +77,27 @@ func TestCheckpointSupportRefusals(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotSupported)
 	})
 }
+
+// A sandbox whose agent talks over a unix socket of the caller's is
+// refused, naming Config.Checkpointable, once the engine has said it
+// can: the engine's refusal comes first, for Checkpointable would not
+// lift it.
+func TestCheckpointableRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, engine := range map[string]error{"engine can": nil, "engine cannot": fmt.Errorf("%w: no CRIU", ErrNotSupported)} {
+		d := &refusing{localDriver: localDriver{service: "unix:///checkpointable/" + name}} // its answer kept: no call
+		var s sandbox
+		s.prepare(Config{Image: "img"})
+		s.d = d
+		s.chanDir = "/run/podvm/ch"
+		checkpointProbes.Store(checkpointKey{fmt.Sprintf("%T", d), d.service, "img", s.cfg.Network, false}, engine)
+		err := s.checkpointable(ctx)
+		require.ErrorIs(t, err, ErrNotSupported, name)
+		if engine == nil {
+			assert.ErrorContains(t, err, "Config.Checkpointable")
+		} else {
+			assert.ErrorContains(t, err, "no CRIU")
+		}
+	}
+}

@@ -60,9 +60,8 @@ type RestoreOptions struct {
 // The dump fails, the sandbox left running and nothing written, when a
 // process in the sandbox holds what CRIU cannot dump (on Linux 6.18
 // with CRIU 4.1, any TCP socket: close them first), and when ctx ends
-// first. A sandbox whose agent talks over the host's unix socket (a
-// local Podman service) cannot be checkpointed yet. Remove waits for a
-// checkpoint under way.
+// first. On a Podman service of this machine, the sandbox must be made
+// with [Config.Checkpointable]. Remove waits for a checkpoint under way.
 func TakeCheckpoint(ctx context.Context, v VM, opts CheckpointOptions) (*Checkpoint, error) {
 	s, ok := capability[interface {
 		checkpoint(context.Context, CheckpointOptions) (*Checkpoint, error)
@@ -84,10 +83,7 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	if err != nil {
 		return nil, err
 	}
-	if s.chanDir != "" {
-		return nil, fmt.Errorf("%w: checkpoint: the sandbox's agent talks over the host's unix socket, which a checkpoint cannot carry yet", ErrNotSupported)
-	}
-	if err := s.checkpointSupport(ctx); err != nil {
+	if err := s.checkpointable(ctx); err != nil {
 		return nil, err
 	}
 	if err := openCheckpointDir(dir); err != nil {

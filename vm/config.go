@@ -166,6 +166,14 @@ type Config struct {
 	// architecture the agent does not cover (the module carries it for
 	// amd64 and arm64).
 	PodmanExec bool
+	// Checkpointable makes the agent talk over the container's stdio,
+	// attached through Podman, even where a unix socket of the caller's
+	// would reach it (a Podman service on this machine, by default): a
+	// checkpoint ([TakeCheckpoint], [Suspend]) can carry the stdio, and
+	// not a connection to a process outside the sandbox. Streams through
+	// the stdio are slower (about a third of the socket's throughput,
+	// on this project's machine). Elsewhere it changes nothing.
+	Checkpointable bool
 }
 
 var (

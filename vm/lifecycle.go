@@ -274,8 +274,8 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 		return nil, err
 	}
 	local, service := s.d.Local()
-	if _, no := agentUnmountable.Load(service); no {
-		local = false
+	if _, no := agentUnmountable.Load(service); no || s.cfg.Checkpointable {
+		local = false // the agent is copied in, and talks over its stdio
 	}
 	return newAgentMount(arch, local)
 }
