@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -49,5 +50,43 @@ func ExampleSuspend() {
 	// … later …
 	if err := vm.Resume(ctx, v); err != nil {
 		fmt.Println(err)
+	}
+}
+
+// Warm a process once, checkpoint the sandbox, and fork it: each copy is
+// a sandbox of its own whose process goes on from the checkpoint, with
+// what it had in memory.
+func ExampleRestore() {
+	ctx := context.Background()
+	v, err := vm.New(ctx, vm.Config{Image: "localhost/podvm-test:latest", Checkpointable: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer v.Remove(context.Background())
+	if err := v.Create(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A process that takes long to be useful: here, a counter.
+	if _, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", "n=0; while read l; do n=$((n+1)); echo $n; done"}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{})
+	if err != nil {
+		fmt.Println(err) // vm.ErrNotSupported, naming why, where it cannot
+		return
+	}
+	defer vm.RemoveCheckpoint(context.Background(), cp.ID) // it holds the sandbox's memory
+	for range 3 {
+		c, err := vm.Restore(ctx, cp, vm.RestoreOptions{})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer c.Remove(context.Background())
+		p := vm.Processes(c)[0] // the counter, on a handle of the copy's
+		_, _ = p.Stdin().Write([]byte("next\n"))
 	}
 }
