@@ -277,14 +277,14 @@ func (s *sandbox) setSuspended(suspended bool) {
 func (s *sandbox) suspend(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkpointable(ctx); err != nil {
+		return err // before anything, created or not
+	}
 	st, err := s.container()
 	switch {
 	case errors.Is(err, ErrSuspended):
 		return nil
 	case err != nil:
-		return err
-	}
-	if err := s.checkpointable(ctx); err != nil {
 		return err
 	}
 	c := s.d.(driver.Checkpointer) // checkpointSupport found it

@@ -79,11 +79,11 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, err := s.container()
-	if err != nil {
+	if err := s.checkpointable(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.checkpointable(ctx); err != nil {
+	st, err := s.container()
+	if err != nil {
 		return nil, err
 	}
 	if err := openCheckpointDir(dir); err != nil {
@@ -269,7 +269,9 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 		init(driver.Driver, Config) error
 		restore(context.Context, *Checkpoint) error
 	} = new(CLIVM)
-	if _, ok := d.(podman.API); ok {
+	if _, ok := driver.Lookup(string(o.backend)); ok {
+		v = new(sandbox) // as New makes it on a registered backend
+	} else if _, ok := d.(podman.API); ok {
 		v = new(APIVM)
 	}
 	if err := v.init(d, cfg); err != nil {

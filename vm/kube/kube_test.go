@@ -142,13 +142,17 @@ func TestVMDoesNotImportKubernetes(t *testing.T) {
 	}
 }
 
-// Kubernetes cannot restore a checkpoint: CheckpointSupport says so,
-// naming why, without asking the cluster (here, one that never answers).
+// Kubernetes cannot restore a checkpoint: CheckpointSupport,
+// TakeCheckpoint and Suspend say so, naming why, without asking the
+// cluster (here, one that never answers).
 func TestCheckpointsRefused(t *testing.T) {
 	v, err := kube.New(context.Background(), vm.Config{Image: "x", Network: "pod"}, kube.WithKubeconfig(fakeKubeconfig(t)))
 	require.NoError(t, err)
 	err = vm.CheckpointSupport(context.Background(), v)
 	require.ErrorIs(t, err, vm.ErrNotSupported)
 	assert.ErrorContains(t, err, "nothing restores one")
+	_, err = vm.TakeCheckpoint(context.Background(), v, vm.CheckpointOptions{})
+	require.ErrorIs(t, err, vm.ErrNotSupported, "before anything, created or not")
+	require.ErrorIs(t, vm.Suspend(context.Background(), v), vm.ErrNotSupported)
 	assert.NoError(t, v.Remove(context.Background()))
 }
