@@ -25,17 +25,6 @@ type Adoption struct {
 	Stdout, Stderr io.Writer // nil: discarded
 }
 
-// Proc returns a handle on run id, a run of this client's; nil when it
-// has none (it ended, or never was).
-func (c *Client) Proc(id uint32) *Proc {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.runs[id]; r != nil {
-		return &Proc{r: r}
-	}
-	return nil
-}
-
 // ID is the run's id on the channel, for [Adoption].
 func (p *Proc) ID() uint32 { return p.r.id }
 

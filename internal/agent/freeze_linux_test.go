@@ -376,3 +376,67 @@ func TestFrozenNamesTCPSockets(t *testing.T) {
 		return slices.ContainsFunc(f.TCP, func(s string) bool { return strings.HasPrefix(s, holder) && strings.HasSuffix(s, ":38917") })
 	}, 10*time.Second, 50*time.Millisecond, "want %q…:38917 in %q", holder, last)
 }
+
+// Runs that end while the agent is frozen, their Exit held back: one the
+// copy keeps reports its real end, one it does not is never heard of
+// (an Exit for a run the copy's client never knew would end its channel).
+func TestResumeCopyRunsEndedWhileFrozen(t *testing.T) {
+	t.Parallel()
+	a, r := relayed(t)
+	ctx := context.Background()
+	kept, err := a.Start(ctx, Request{Argv: []string{"sleep", "0.2"}}, nil, io.Discard, io.Discard)
+	require.NoError(t, err)
+	go func() { _ = a.sh(ctx, "sleep 0.2") }() // silent, in flight
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, a.freeze(ctx))
+	require.NoError(t, a.Detach())
+	next := a.NextRun()
+	r.cut()
+	<-a.reading()
+	time.Sleep(time.Second) // both end, their Exits held at the gate
+
+	c, procs, err := ResumeCopy(ctx, r.stream(), next, []Adoption{{ID: kept.ID(), PID: kept.PID()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ex, err := procs[0].Wait(ctx)
+	require.NoError(t, err, "its real end, not lost")
+	assert.Equal(t, 0, ex.Code)
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, "hi\n", (&testAgent{Client: c}).sh(ctx, "echo hi").stdout, "the channel lives")
+}
+
+// A frame charged to a window but held at the gate counts against the
+// copy's fresh window: the agent never sends the copy's client more than
+// a window it has not read (its client would fail "overran a window").
+func TestResumeCopyWindowHoldsHeldFrames(t *testing.T) {
+	t.Parallel()
+	for i := range 5 { // the freeze must catch a frame on its way: try a few
+		a, r := relayed(t)
+		ctx := context.Background()
+		p, err := a.Start(ctx, Request{Argv: []string{"sh", "-c", "cat /dev/zero"}}, nil, io.Discard, io.Discard)
+		require.NoError(t, err)
+		time.Sleep(100 * time.Millisecond) // streaming
+		require.NoError(t, a.freeze(ctx))
+		require.NoError(t, a.Detach())
+		next := a.NextRun()
+		r.cut()
+		<-a.reading()
+
+		slow := &gatedWriter{gate: make(chan struct{})} // the copy's reader takes nothing
+		c, _, err := ResumeCopy(ctx, r.stream(), next, []Adoption{{ID: p.ID(), PID: p.PID(), Stdout: slow}})
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond) // a window's worth arrives, and no more
+		select {
+		case <-c.dead:
+			t.Fatalf("try %d: the copy's channel died: %v", i, c.err)
+		default:
+		}
+		close(slow.gate)
+		c.Close()
+	}
+}
+
+// gatedWriter blocks every Write until gate is closed.
+type gatedWriter struct{ gate chan struct{} }
+
+func (w *gatedWriter) Write(p []byte) (int, error) { <-w.gate; return len(p), nil }

@@ -382,7 +382,11 @@ func (s *session) resume(p []byte) error {
 		if keep[id] {
 			delete(keep, id)
 			r.mu.Lock()
-			r.window[wire.StreamStdout], r.window[wire.StreamStderr] = wire.Window, wire.Window
+			for _, st := range []uint8{wire.StreamStdout, wire.StreamStderr} {
+				// A frame charged but held at the gate goes to the new
+				// client too.
+				r.window[st] = wire.Window - r.unsent[st]
+			}
 			r.cond.Broadcast()
 			r.mu.Unlock()
 		} else {
@@ -428,6 +432,7 @@ type run struct {
 	mu       sync.Mutex
 	cond     sync.Cond
 	window   [3]int64 // credit of stdout and stderr (indexed by stream)
+	unsent   [3]int64 // of what window was charged, what is not sent yet
 	stdin    [][]byte
 	stdinEOF bool
 	finished bool // no more stdin is wanted
@@ -464,10 +469,17 @@ func (r *run) serve(ex wire.ExitMsg) {
 		}
 		r.s.mu.Unlock()
 	}
+	// Its end and its Exit behind the gate, as one: a Resume between
+	// them would find a run that is neither kept nor an orphan, whose
+	// Exit a copy's client would not know.
+	r.s.gate.RLock()
+	defer r.s.gate.RUnlock()
 	r.s.mu.Lock()
 	delete(r.s.runs, r.id)
 	r.s.mu.Unlock()
-	_ = r.send(wire.Frame{Type: wire.Exit, ID: r.id, Payload: ex.Encode()})
+	if !r.orphan.Load() {
+		_ = r.s.write(wire.Frame{Type: wire.Exit, ID: r.id, Payload: ex.Encode()})
+	}
 }
 
 // pipe returns a pipe whose end for the agent (read end when ours is
@@ -648,14 +660,9 @@ func (r *run) pumpOut(f deadlineReader, typ wire.Type, stream uint8, wg *sync.Wa
 		}
 		k, err := f.Read(buf[:n])
 		if k > 0 {
-			r.mu.Lock()
-			send := !r.killed
-			if send {
-				r.window[stream] -= int64(k)
-			}
-			r.mu.Unlock()
-			if send {
+			if r.charge(stream, k) {
 				_ = r.send(wire.Frame{Type: typ, ID: r.id, Payload: buf[:k]})
+				r.sent(stream, k)
 			}
 		}
 		if err != nil {
@@ -695,6 +702,25 @@ func (r *run) pumpStdin(f io.WriteCloser) {
 			taken = 0
 		}
 	}
+}
+
+// charge takes k bytes of stream's window for a frame to send, unless
+// the run was killed (its output is dropped); sent says it went.
+func (r *run) charge(stream uint8, k int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.killed {
+		return false
+	}
+	r.window[stream] -= int64(k)
+	r.unsent[stream] += int64(k)
+	return true
+}
+
+func (r *run) sent(stream uint8, k int) {
+	r.mu.Lock()
+	r.unsent[stream] -= int64(k)
+	r.mu.Unlock()
 }
 
 func (r *run) pushStdin(p []byte) {

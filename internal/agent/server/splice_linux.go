@@ -98,13 +98,12 @@ func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup
 			if k == 0 || err != nil {
 				break // the sandbox's side closed, or failed
 			}
-			r.mu.Lock()
-			send := !r.killed
-			if send {
-				r.window[wire.StreamStdout] -= int64(k)
+			if !r.charge(wire.StreamStdout, k) {
+				break
 			}
-			r.mu.Unlock()
-			if !send || r.s.sendSpliced(wire.Stdout, r, p[0], k, out) != nil {
+			err = r.s.sendSpliced(wire.Stdout, r, p[0], k, out)
+			r.sent(wire.StreamStdout, k)
+			if err != nil {
 				break
 			}
 		}
