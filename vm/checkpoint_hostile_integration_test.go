@@ -2,12 +2,9 @@ package vm_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -252,36 +249,6 @@ func TestRestoreImageGone(t *testing.T) {
 			require.ErrorIs(t, err, vm.ErrImageNotFound)
 			assert.ErrorContains(t, err, image)
 			assert.Empty(t, copiesOf(ctx, t, env, cp.ID))
-		})
-	}
-}
-
-// A disk that fills during a checkpoint leaves nothing half-written, and
-// the sandbox running. (A tmpfs of 64 KiB stands for the full disk: root
-// mounts it.)
-func TestCheckpointDiskFull(t *testing.T) {
-	env, backends := checkpointRig(t)
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs needs root")
-	}
-	for name, h := range backends {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			dir := filepath.Join(checkpointDir(t), "full")
-			require.NoError(t, os.Mkdir(dir, 0o700))
-			require.NoError(t, syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"))
-			t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-			v, p := warmVM(ctx, t, env, h(false))
-
-			_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-			t.Logf("TakeCheckpoint: %v", err)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "the error says the disk is full: %v", err)
-			entries, _ := os.ReadDir(dir)
-			assert.Empty(t, entries, "nothing half-written")
-			stillRuns(ctx, t, v, p, 0)
 		})
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"time"
 
@@ -34,9 +33,13 @@ type CheckpointOptions struct {
 	// Labels are added to the checkpoint's; podvm's own win.
 	Labels map[string]string
 	// Remove removes the sandbox once its checkpoint is written, as
-	// [VM.Remove] does: what it was lives on in the checkpoint alone.
-	// (To stop a sandbox and bring it back later on the same service,
-	// see [Suspend].)
+	// [VM.Remove] does, before it runs again: nothing it does after the
+	// checkpoint's instant (a write to a bind mount, a message out) is
+	// done twice by its copies. What it was lives on in the checkpoint
+	// alone. When the removal fails, TakeCheckpoint returns the
+	// checkpoint with the error, and Remove may be tried again. (To stop
+	// a sandbox and bring it back later on the same service, see
+	// [Suspend].)
 	Remove bool
 }
 
@@ -93,12 +96,9 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	_, service := s.d.Local()
 	m := checkpointMeta{Version: checkpointMetaVersion, ID: randomHex(), Source: st.id, Service: service,
 		Image: s.cfg.Image, Config: s.cfg}
-	if !s.cfg.PodmanExec {
-		arch := runtime.GOARCH
-		if st.agent != nil {
-			arch = st.agent.main.Info().Arch
-		}
-		if m.Agent, err = agent.Digest(arch); err != nil {
+	if st.agent != nil {
+		m.Arch = st.agent.main.Info().Arch
+		if m.Agent, err = agent.Digest(m.Arch); err != nil {
 			return nil, err
 		}
 	}
@@ -119,15 +119,15 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	if err != nil {
 		err = s.dumpError(err, frozen)
 	}
-	if main != nil {
+	if err == nil {
+		err = ctx.Err()
+	}
+	if main != nil && (err != nil || !opts.Remove) { // to be removed frozen, else
 		if terr := main.Thaw(); terr != nil && err == nil {
 			err = fmt.Errorf("the sandbox's agent did not go on: %w", terr)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("vm: checkpoint: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("vm: checkpoint: %w", err)
 	}
 	info, size, err := inspectArchive(partial)
@@ -146,21 +146,18 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	setOwner(m.Labels)
 	m.Created, m.Size = time.Now(), size
 	m.Labels[LabelCreated] = strconv.FormatInt(m.Created.Unix(), 10)
-	archive := filepath.Join(dir, m.ID+".tar")
-	if err := os.Rename(partial, archive); err != nil {
+	cp := m.checkpoint(dir)
+	if err := os.Rename(partial, cp.Path); err != nil {
 		return nil, fmt.Errorf("vm: checkpoint: %w", err)
 	}
 	if err := writeMeta(dir, m); err != nil {
-		os.Remove(archive)
+		os.Remove(cp.Path)
 		return nil, fmt.Errorf("vm: checkpoint: %w", err)
 	}
-	cp := &Checkpoint{ID: m.ID, Path: archive, Source: m.Source, Image: m.Image, Created: m.Created, Size: m.Size,
-		Labels: maps.Clone(m.Labels), meta: m}
 	if opts.Remove {
-		s.mu.Unlock()
-		err := s.Remove(ctx)
-		s.mu.Lock()
-		if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := s.removeLocked(rctx); err != nil {
 			return cp, fmt.Errorf("vm: checkpoint %s written; removing the sandbox: %w", cp.ID, err)
 		}
 	}
@@ -172,6 +169,9 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 func (s *sandbox) heldRecords() []heldRecord {
 	var list []heldRecord
 	for _, p := range s.Processes() {
+		if isDone(p.p.Done()) {
+			continue // its Exit came before the freeze: it ended
+		}
 		c := p.cmd
 		list = append(list, heldRecord{Run: p.p.ID(), PID: p.PID(), Name: c.Name, Args: c.Args, Dir: c.Dir,
 			TTY: p.tty, MaxOutput: c.MaxOutputBytes, Start: p.start})
@@ -210,8 +210,9 @@ func inspectArchive(path string) (ckpt.Info, int64, error) {
 //
 //   - A process held by handle at the checkpoint ([Start]) goes on in
 //     the copy; [Processes] of the copy returns a new handle on it (its
-//     Command without the original's Stdin, Stdout, Stderr and
-//     Timeout; output from the checkpoint's instant on).
+//     Command has the original's Name, Args, Dir and MaxOutputBytes, not
+//     its Env, Stdin, Stdout, Stderr and Timeout; output from the
+//     checkpoint's instant on).
 //   - A Run in flight at the checkpoint is the original's: it is killed
 //     in the copy, unheard. So are connections of [Dial] and [Forward].
 //   - Memory is the same in every copy: a random generator seeded before
@@ -222,6 +223,11 @@ func inspectArchive(path string) (ckpt.Info, int64, error) {
 //     forward by the time since the checkpoint, and timers due in between
 //     fire at once.
 //   - The hostname is the source's.
+//
+// Restore trusts the checkpoint: Podman restores what its archive says,
+// mounts included. It reads it only from a directory that is the
+// caller's alone (mode 0700), and fails with [ErrInvalidConfig] on
+// another.
 //
 // It fails with [ErrCheckpointNotFound] when cp's files are gone,
 // [ErrInvalidCheckpoint] when they are not a whole checkpoint, an error
@@ -239,7 +245,7 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 		return nil, fmt.Errorf("%w: a Checkpoint that TakeCheckpoint, OpenCheckpoint or ListCheckpoints did not return", ErrInvalidCheckpoint)
 	}
 	if m.Agent != "" {
-		if d, err := agent.Digest(runtime.GOARCH); err != nil || d != m.Agent {
+		if d, err := agent.Digest(m.Arch); err != nil || d != m.Agent {
 			return nil, fmt.Errorf("%w: restore: checkpoint %s holds another podvm's agent (%s), which this one cannot speak to", ErrNotSupported, cp.ID, m.Agent)
 		}
 	}
@@ -252,6 +258,15 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 	maps.Copy(cfg.Labels, ro.Labels)
 	if _, err := os.Stat(cp.Path); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s: its archive %s is gone", ErrCheckpointNotFound, cp.ID, cp.Path)
+	}
+	// The archive is restored as it says (its mounts, its processes):
+	// from a directory that is the caller's alone, which nobody else
+	// can have planted it in.
+	if err := checkCheckpointDir(filepath.Dir(cp.Path)); err != nil {
+		return nil, err
+	}
+	if len(m.Processes) > MaxProcesses {
+		return nil, fmt.Errorf("%w: %s holds %d processes of vm.Start, more than a sandbox holds (vm.MaxProcesses %d)", ErrLimit, cp.ID, len(m.Processes), MaxProcesses)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -377,7 +392,7 @@ func (s *sandbox) resumeCopy(ctx context.Context, c driver.Checkpointer, id stri
 		return nil, fmt.Errorf("the copy's agent did not answer: %w", err)
 	}
 	for i, p := range procs {
-		s.reserve(&s.procs, MaxProcesses) // as many as the source held
+		s.reserve(&s.procs, MaxProcesses) // Restore checked there is room
 		s.hold(p, aps[i])
 	}
 	return newLink(client, nil, nil), nil

@@ -48,6 +48,9 @@ var (
 // included. It does not hold its bind mounts: a copy mounts the same
 // host directories, shared. Keep checkpoints as you keep the secrets
 // they may hold; remove them with [RemoveCheckpoint].
+//
+// Its fields describe it; changing them changes nothing: [Restore]
+// restores what its metadata says, from its Path.
 type Checkpoint struct {
 	ID      string            // 24 hex digits
 	Path    string            // the archive: <dir>/<ID>.tar, an uncompressed tar as Podman exports it
@@ -73,9 +76,11 @@ type checkpointMeta struct {
 	// Config is the source's, with its defaults; Restore makes its
 	// copies with it, their Name and Labels their own.
 	Config Config `json:"config"`
-	// Agent is the agent's digest ("" for Config.PodmanExec): a copy
-	// runs that agent, which only this podvm's client speaks to.
+	// Agent is the agent's digest ("" for Config.PodmanExec), for its
+	// architecture Arch (the service's): a copy runs that agent, which
+	// only this podvm's client speaks to.
 	Agent string `json:"agent,omitempty"`
+	Arch  string `json:"arch,omitempty"`
 	// NextRun is the original client's next run id: a copy's client
 	// begins there.
 	NextRun   uint32       `json:"next_run,omitempty"`
@@ -90,7 +95,6 @@ type heldRecord struct {
 	Name      string    `json:"name,omitempty"`
 	Args      []string  `json:"args"`
 	Dir       string    `json:"dir,omitempty"`
-	User      string    `json:"user,omitempty"`
 	TTY       bool      `json:"tty,omitempty"`
 	MaxOutput int       `json:"max_output,omitempty"`
 	Start     time.Time `json:"start"`
@@ -121,7 +125,9 @@ func DefaultCheckpointDir() (string, error) {
 func WithCheckpointDir(dir string) Option { return func(o *options) { o.checkpointDir = dir } }
 
 // WithCheckpoints makes [Reap] remove the checkpoints whose owner is
-// gone too (judged as a sandbox's, by the labels it was taken with),
+// gone too (judged as a sandbox's, by the labels it was taken with; not
+// by age: Reap's olderThan is for sandboxes alone), archives left
+// without their metadata for 10 minutes,
 // and the files that checkpoints and restores of dead processes left
 // half-written, in [DefaultCheckpointDir] or [WithCheckpointDir]'s. It
 // does so even when no Podman service answers. Their IDs come first in
@@ -132,34 +138,74 @@ func WithCheckpoints() Option { return func(o *options) { o.checkpoints = true }
 // checking that it is one for checkpoints: not in the system's
 // temporary directory, where they would outlive their use unseen.
 func checkpointDir(dir string) (string, error) {
-	if dir == "" {
-		return DefaultCheckpointDir()
-	}
 	abs, err := filepath.Abs(dir)
+	if dir == "" {
+		abs, err = DefaultCheckpointDir()
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: checkpoint directory %q: %w", ErrInvalidConfig, dir, err)
 	}
-	tmp, _ := filepath.Abs(os.TempDir())
-	if rel, err := filepath.Rel(tmp, abs); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("%w: checkpoint directory %s is in the temporary directory %s: checkpoints hold the sandbox's memory, secrets included, and are never left there", ErrInvalidConfig, abs, tmp)
+	if err := notInTemp(abs); err != nil {
+		return "", err
 	}
 	return abs, nil
 }
 
+// notInTemp refuses dir when it is in a temporary directory (the
+// system's, /tmp or /var/tmp), by its name or, as far as it exists, by
+// where its symbolic links lead.
+func notInTemp(dir string) error {
+	real := dir
+	for d := dir; ; d = filepath.Dir(d) { // the longest part that exists, resolved
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			rest, _ := filepath.Rel(d, dir)
+			real = filepath.Join(r, rest)
+			break
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	for _, tmp := range []string{os.TempDir(), "/tmp", "/var/tmp"} {
+		for _, t := range []string{tmp, resolved(tmp)} {
+			for _, p := range []string{dir, real} {
+				if rel, err := filepath.Rel(t, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+					return fmt.Errorf("%w: checkpoint directory %s is in the temporary directory %s: checkpoints hold the sandbox's memory, secrets included, and are never left there", ErrInvalidConfig, dir, t)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// resolved is path with its symbolic links followed, or path.
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return path
+}
+
 // openCheckpointDir makes dir if need be (mode 0700, its parents 0700
-// too) and checks that it is the caller's alone.
+// too) and checks it (checkCheckpointDir).
 func openCheckpointDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("vm: checkpoints: %w", err)
 	}
+	return checkCheckpointDir(dir)
+}
+
+// checkCheckpointDir checks that dir is a directory of the caller's
+// alone (mode 0700, not a symbolic link) out of any temporary directory.
+func checkCheckpointDir(dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return fmt.Errorf("vm: checkpoints: %w", err)
 	}
 	if !fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownedByCaller(fi) {
-		return fmt.Errorf("%w: checkpoint directory %s is not a directory of the caller's with mode 0700", ErrInvalidConfig, dir)
+		return fmt.Errorf("%w: checkpoint directory %s is not a directory of the caller's with mode 0700 (nor a symbolic link)", ErrInvalidConfig, dir)
 	}
-	return nil
+	return notInTemp(dir)
 }
 
 // writeMeta commits checkpoint m in dir: its metadata, written whole
@@ -202,8 +248,13 @@ func readCheckpoint(path string) (*Checkpoint, error) {
 	case !checkpointIDRE.MatchString(m.ID) || filepath.Base(path) != m.ID+".json":
 		return nil, fmt.Errorf("%w: %s: its ID is %q", ErrInvalidCheckpoint, path, m.ID)
 	}
-	return &Checkpoint{ID: m.ID, Path: filepath.Join(filepath.Dir(path), m.ID+".tar"), Source: m.Source, Image: m.Image,
-		Created: m.Created, Size: m.Size, Labels: maps.Clone(m.Labels), meta: m}, nil
+	return m.checkpoint(filepath.Dir(path)), nil
+}
+
+// checkpoint is the Checkpoint m describes, in dir.
+func (m checkpointMeta) checkpoint(dir string) *Checkpoint {
+	return &Checkpoint{ID: m.ID, Path: filepath.Join(dir, m.ID+".tar"), Source: m.Source, Image: m.Image,
+		Created: m.Created, Size: m.Size, Labels: maps.Clone(m.Labels), meta: m}
 }
 
 // OpenCheckpoint returns the checkpoint ref names: its ID, in
@@ -299,9 +350,10 @@ func listCheckpoints(dir string) ([]Checkpoint, error) {
 
 // RemoveCheckpoint removes the checkpoint ref names (see
 // [OpenCheckpoint]): its metadata first, so that it is listed no more,
-// then its archive. Copies restored from it are sandboxes of their own,
-// untouched. It fails with [ErrCheckpointNotFound] when neither file is
-// there, and [ErrInvalidCheckpoint] for one that is not podvm's.
+// then its archive (or the archive alone, whose metadata is gone).
+// Copies restored from it are sandboxes of their own, untouched. It
+// fails with [ErrCheckpointNotFound] when neither file is there, and
+// [ErrInvalidCheckpoint] for one that is not podvm's.
 func RemoveCheckpoint(ctx context.Context, ref string, opts ...Option) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -311,6 +363,13 @@ func RemoveCheckpoint(ctx context.Context, ref string, opts ...Option) error {
 		return err
 	}
 	cp, err := readCheckpoint(path)
+	if errors.Is(err, ErrCheckpointNotFound) {
+		// An archive whose metadata never was written, or went first.
+		archive := strings.TrimSuffix(path, ".json") + ".tar"
+		if rerr := os.Remove(archive); rerr == nil || !errors.Is(rerr, fs.ErrNotExist) {
+			return rerr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -360,40 +419,53 @@ func reapCheckpoints(ctx context.Context, o options, chk ownerCheck, removed []s
 	}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if pid, ok := spoolOwner(e.Name()); ok && !processAlive(pid) {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err == nil {
-				o.log.Info("podvm: removed a checkpoint file a dead process left", "file", e.Name())
+		name := e.Name()
+		why := ""
+		if spoolGone(name, chk) {
+			why = "its writer is gone"
+		} else if id, ok := strings.CutSuffix(name, ".tar"); ok && checkpointIDRE.MatchString(id) && !exists(filepath.Join(dir, id+".json")) {
+			// Renamed in before its metadata was written, and never
+			// was: a checkpoint whose writer died in between.
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > orphanArchiveAge {
+				why = "an archive without its metadata"
 			}
+		}
+		if why != "" && os.Remove(filepath.Join(dir, name)) == nil {
+			o.log.Info("podvm: removed a checkpoint file", "file", name, "reason", why)
 		}
 	}
 	return removed, errs
 }
 
-// spoolName is the name of a file that process pid writes in a
-// checkpoint directory on its way to another (kind: partial, restore,
-// json).
-func spoolName(id, kind string) string {
-	return "." + strconv.Itoa(os.Getpid()) + "-" + id + "." + kind
+// orphanArchiveAge is how old an archive without its metadata must be
+// for Reap to take it: a checkpoint is renamed in a moment before its
+// metadata is written.
+const orphanArchiveAge = 10 * time.Minute
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
-// spoolOwner returns the pid in a spoolName.
-func spoolOwner(name string) (int, bool) {
+// spoolName is the name of a file that this process writes in a
+// checkpoint directory on its way to another (kind: partial, restore,
+// json): its owner (as LabelOwner names it, else its PID), its ID, its
+// kind.
+func spoolName(id, kind string) string {
+	return "." + cmp.Or(self(), strconv.Itoa(os.Getpid())) + "-" + id + "." + kind
+}
+
+// spoolGone reports whether name is a spoolName whose owner chk judges
+// gone.
+func spoolGone(name string, chk ownerCheck) bool {
 	rest, ok := strings.CutPrefix(name, ".")
-	if !ok {
-		return 0, false
+	owner, rest, ok2 := strings.Cut(rest, "-")
+	if !ok || !ok2 || !(strings.HasSuffix(rest, ".partial") || strings.HasSuffix(rest, ".restore") || strings.HasSuffix(rest, ".json")) {
+		return false
 	}
-	pid, rest, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, false
+	if _, ok := parseOwner(owner); ok {
+		return chk.gone(map[string]string{LabelOwner: owner}) != ""
 	}
-	n, err := strconv.Atoi(pid)
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	for _, kind := range []string{".partial", ".restore", ".json"} {
-		if strings.HasSuffix(rest, kind) {
-			return n, true
-		}
-	}
-	return 0, false
+	pid, err := strconv.Atoi(owner)
+	return err == nil && pid > 0 && !chk.alive(pid)
 }

@@ -46,6 +46,8 @@ func TestCheckpointDirRefusals(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConfig, "never in the temporary directory")
 	_, err = checkpointDir(os.TempDir())
 	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = checkpointDir("/var/tmp/ckpt")
+	require.ErrorIs(t, err, ErrInvalidConfig)
 	_, err = TakeCheckpoint(context.Background(), new(APIVM), CheckpointOptions{Dir: os.TempDir()})
 	require.ErrorIs(t, err, ErrInvalidConfig, "refused before anything else")
 
@@ -58,6 +60,19 @@ func TestCheckpointDirRefusals(t *testing.T) {
 	fi, err := os.Stat(made)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+
+	// A way into the temporary directory by a symbolic link.
+	into := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(t.TempDir(), into))
+	_, err = checkpointDir(filepath.Join(into, "ckpt"))
+	require.ErrorIs(t, err, ErrInvalidConfig, "not by its name, but where it leads")
+	require.ErrorIs(t, openCheckpointDir(into), ErrInvalidConfig, "a symbolic link")
+
+	// Restore reads from the caller's own directory alone.
+	cp, err := OpenCheckpoint(filepath.Join(open, fakeCheckpoint(t, open, time.Now(), nil)+".json"))
+	require.NoError(t, err)
+	_, err = Restore(context.Background(), cp, RestoreOptions{})
+	require.ErrorIs(t, err, ErrInvalidConfig, "a directory others can write")
 }
 
 // Checkpoints are listed oldest first, by label, opened by ID or path,
@@ -139,27 +154,28 @@ func TestReapCheckpoints(t *testing.T) {
 	o, _ := parseOwner(self())
 	o.start++ // the PID now names another process: its maker is gone
 	gone := fakeCheckpoint(t, dir, time.Now(), map[string]string{LabelOwner: o.String()})
-	dead := "." + strconv.Itoa(deadPID(t)) + "-" + randomHex() + ".partial"
+	deadPIDFile := "." + strconv.Itoa(deadPID(t)) + "-" + randomHex() + ".partial"
+	goneOwnerFile := "." + o.String() + "-" + randomHex() + ".restore"
 	live := spoolName(randomHex(), "restore")
-	for _, f := range []string{dead, live} {
+	oldOrphan, newOrphan := randomHex()+".tar", randomHex()+".tar"
+	for _, f := range []string{deadPIDFile, goneOwnerFile, live, oldOrphan, newOrphan, "other.partial"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, f), nil, 0o600))
 	}
+	long := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(filepath.Join(dir, oldOrphan), long, long))
 
 	removed, err := Reap(context.Background(), 0, WithCheckpoints(), WithCheckpointDir(dir),
 		WithBackend(BackendAPI), WithURL("unix://"+filepath.Join(dir, "no.sock")))
 	require.ErrorIs(t, err, ErrUnavailable, "no Podman answers")
 	assert.Equal(t, []string{gone}, removed)
-	for f, want := range map[string]bool{ours + ".json": true, ours + ".tar": true, gone + ".json": false, gone + ".tar": false, dead: false, live: true} {
+	for f, want := range map[string]bool{ours + ".json": true, ours + ".tar": true, gone + ".json": false, gone + ".tar": false,
+		deadPIDFile: false, goneOwnerFile: false, live: true, oldOrphan: false, newOrphan: true, "other.partial": true} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.Equal(t, want, err == nil, "%s kept: want %v", f, want)
 	}
-	pid, ok := spoolOwner(live)
-	assert.True(t, ok)
-	assert.Equal(t, os.Getpid(), pid)
-	for _, name := range []string{"x.partial", ".abc-x.partial", ".12-x.tar", ".0-x.json"} {
-		_, ok := spoolOwner(name)
-		assert.False(t, ok, name)
-	}
+	require.NoError(t, RemoveCheckpoint(context.Background(), filepath.Join(dir, newOrphan)), "an archive without its metadata")
+	_, err = os.Stat(filepath.Join(dir, newOrphan))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }
 
 // deadPID is a PID that names no process.

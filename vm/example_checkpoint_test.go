@@ -78,7 +78,7 @@ func ExampleRestore() {
 		fmt.Println(err) // vm.ErrNotSupported, naming why, where it cannot
 		return
 	}
-	defer vm.RemoveCheckpoint(context.Background(), cp.ID) // it holds the sandbox's memory
+	defer vm.RemoveCheckpoint(context.Background(), cp.Path) // it holds the sandbox's memory
 	for range 3 {
 		c, err := vm.Restore(ctx, cp, vm.RestoreOptions{})
 		if err != nil {

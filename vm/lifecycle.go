@@ -368,6 +368,11 @@ func finishDespiteCancel[T any](ctx context.Context, what string, f func(context
 func (s *sandbox) Remove(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.removeLocked(ctx)
+}
+
+// removeLocked is Remove, under s.mu.
+func (s *sandbox) removeLocked(ctx context.Context) error {
 	st := s.state()
 	st.removed = true
 	s.st.Store(&st)
