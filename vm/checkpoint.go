@@ -29,28 +29,45 @@ import (
 // breakpoints, a dump never ends.
 const checkpointProbeTimeout = 30 * time.Second
 
-// CheckpointSupport reports whether the engine of v can checkpoint its
-// sandbox and restore it: nil, or an error matching [ErrNotSupported]
-// that names why, found without touching v's sandbox (v may be created or
-// not). Nothing but a real dump tells a CRIU that reports a good version
-// but cannot dump on this kernel, so the first call for a service and an
-// image makes a probe sandbox of v's image with [Config.PodmanExec],
-// suspends it (a checkpoint in place), resumes it, runs a command in it
-// and removes it: about a second where CRIU works. Its answer is kept for
-// the process, unless the service could not be reached or ctx ended.
+// CheckpointSupport reports whether v's sandbox can be checkpointed and
+// restored ([TakeCheckpoint], [Restore], [Suspend]): nil, or an error
+// matching [ErrNotSupported] that names why, found without touching v's
+// sandbox (v may be created or not). Nothing but a real dump tells a
+// CRIU that reports a good version but cannot dump on this kernel, so
+// the first call for a service, an image and a kind of sandbox (the
+// agent or [Config.PodmanExec], its network) makes a probe sandbox of
+// that kind, suspends it (a checkpoint in place), resumes it and removes
+// it: about a second where CRIU works. That answer is kept for the
+// process, unless the service could not be reached or ctx ended.
 //
 // Refused: rootless Podman (CRIU needs root), a service without CRIU or
 // whose CRIU fails here (Podman 4.3 with Debian 12's CRIU 3.17 on Linux
-// 6.x), and Kubernetes (the kubelet can checkpoint a container, but
-// nothing restores one).
+// 6.x), Kubernetes (the kubelet can checkpoint a container, but nothing
+// restores one), and, where the engine can, a sandbox whose agent talks
+// (or would) over a unix socket of the caller's: on a Podman service of
+// this machine, one made without [Config.Checkpointable].
 func CheckpointSupport(ctx context.Context, v VM) error {
 	s, ok := capability[interface {
-		checkpointSupport(context.Context) error
+		checkpointable(context.Context, bool) error
+		socketChannel() bool
 	}](v)
 	if !ok {
 		return fmt.Errorf("%w: checkpoints: %T cannot checkpoint", ErrNotSupported, v)
 	}
-	return s.checkpointSupport(ctx)
+	return s.checkpointable(ctx, s.socketChannel())
+}
+
+// socketChannel reports whether s's agent talks over a unix socket of
+// the caller's, or will once created.
+func (s *sandbox) socketChannel() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.created {
+		return s.chanDir != ""
+	}
+	local, service := s.d.Local()
+	_, unmountable := agentUnmountable.Load(service)
+	return local && !unmountable && !s.cfg.PodmanExec && !s.cfg.Checkpointable
 }
 
 // checkpointProbes holds the probe's answer (error, nil included) for
@@ -92,15 +109,16 @@ func (s *sandbox) checkpointSupport(ctx context.Context) error {
 	return err
 }
 
-// checkpointable returns nil when s's sandbox can be checkpointed, else
-// an error matching ErrNotSupported that names why: first what the
-// engine cannot do, which nothing of the caller's changes, then what
+// checkpointable returns nil when s's sandbox, whose agent talks over a
+// unix socket of the caller's or not, can be checkpointed, else an
+// error matching ErrNotSupported that names why: first what the engine
+// cannot do, which nothing of the caller's changes, then what
 // Config.Checkpointable would.
-func (s *sandbox) checkpointable(ctx context.Context) error {
+func (s *sandbox) checkpointable(ctx context.Context, socket bool) error {
 	if err := s.checkpointSupport(ctx); err != nil {
 		return err
 	}
-	if s.chanDir != "" {
+	if socket {
 		return fmt.Errorf("%w: checkpoints: the sandbox's agent talks over a unix socket of the caller's, which no checkpoint can carry; a sandbox made with Config.Checkpointable talks over its stdio", ErrNotSupported)
 	}
 	return nil
@@ -277,7 +295,7 @@ func (s *sandbox) setSuspended(suspended bool) {
 func (s *sandbox) suspend(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkpointable(ctx); err != nil {
+	if err := s.checkpointable(ctx, s.chanDir != ""); err != nil {
 		return err // before anything, created or not
 	}
 	st, err := s.container()

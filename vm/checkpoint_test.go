@@ -90,9 +90,17 @@ func TestCheckpointableRefusal(t *testing.T) {
 		var s sandbox
 		s.prepare(Config{Image: "img"})
 		s.d = d
-		s.chanDir = "/run/podvm/ch"
 		checkpointProbes.Store(checkpointKey{fmt.Sprintf("%T", d), d.service, "img", s.cfg.Network, false}, engine)
-		err := s.checkpointable(ctx)
+		err := CheckpointSupport(ctx, &s) // not created: on a local service, it would talk over a socket
+		require.ErrorIs(t, err, ErrNotSupported, name)
+		if engine == nil {
+			assert.ErrorContains(t, err, "Config.Checkpointable")
+			s.cfg.Checkpointable = true
+			require.NoError(t, CheckpointSupport(ctx, &s), "with it, it can")
+			s.cfg.Checkpointable = false
+		}
+		s.created, s.chanDir = true, "/run/podvm/ch"
+		err = s.checkpointable(ctx, s.chanDir != "")
 		require.ErrorIs(t, err, ErrNotSupported, name)
 		if engine == nil {
 			assert.ErrorContains(t, err, "Config.Checkpointable")

@@ -82,7 +82,7 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkpointable(ctx); err != nil {
+	if err := s.checkpointable(ctx, s.chanDir != ""); err != nil {
 		return nil, err
 	}
 	st, err := s.container()

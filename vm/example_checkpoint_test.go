@@ -13,7 +13,7 @@ import (
 // checkpoint it; where it cannot, the error says why.
 func ExampleCheckpointSupport() {
 	ctx := context.Background()
-	v, err := vm.New(ctx, vm.Config{Image: "localhost/podvm-test:latest"})
+	v, err := vm.New(ctx, vm.Config{Image: "localhost/podvm-test:latest", Checkpointable: true})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -33,7 +33,7 @@ func ExampleCheckpointSupport() {
 // its processes, their handles and its files.
 func ExampleSuspend() {
 	ctx := context.Background()
-	v, err := vm.New(ctx, vm.Config{Image: "localhost/podvm-test:latest"})
+	v, err := vm.New(ctx, vm.Config{Image: "localhost/podvm-test:latest", Checkpointable: true})
 	if err != nil {
 		fmt.Println(err)
 		return
