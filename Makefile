@@ -24,9 +24,17 @@ WITH_KUBE = if [ "$$(id -u)" = 0 ] && env=$$(scripts/kube-up.sh); then eval "$$e
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-demo: ## compile and run a Go program in a sandbox, through both backends side by side (brings Podman up first)
+# The demo's fork part needs a Podman whose CRIU can checkpoint: the
+# project's service (Debian 12's Podman 4.3) cannot, and the demo says
+# why; as root, the Podman 5.4 service of `make podman5` (CRIU 4.1) is
+# brought up too, and the fork shown there.
+demo: ## compile and run a Go program in a sandbox, through both backends side by side, then fork a warm process where Podman can checkpoint (brings Podman up first)
 	@env=$$(scripts/podman-up.sh) || { echo "make demo needs Podman: see the messages above"; exit 1; }; eval "$$env"; \
-	$(GO) build -o .podvm/demo ./examples/demo && .podvm/demo -warm && .podvm/demo
+	$(GO) build -o .podvm/demo ./examples/demo && .podvm/demo -warm && .podvm/demo || exit 1; \
+	if [ "$$(id -u)" != 0 ]; then echo "the fork on Podman 5.4 needs root to bring that service up: skipped"; exit 0; fi; \
+	echo; echo "Podman 5.4 with CRIU 4.1 (scripts/podman5-up.sh), where checkpoints work:"; \
+	env5=$$(scripts/podman5-up.sh) || { echo "the Podman 5.4 service did not come up: see the messages above"; exit 1; }; \
+	eval "$$env5"; .podvm/demo -forks -url "$$CONTAINER_HOST"
 
 # go test's -timeout is per package: at least twice what the slowest (vm,
 # 12 min under a cold machine's load) takes; a hung case is caught sooner,
@@ -75,9 +83,16 @@ check-generate: generate ## fail if the committed mocks or agent binaries are st
 	@git diff --exit-code --stat -- '*mock*' internal/agent/bin || { echo "generated files are stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- '*mock*' internal/agent/bin)" || { echo "uncommitted generated files: commit them"; exit 1; }
 
-bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc, and vm/kube against kubectl on the cluster of make kube, in one run (BENCH_QUICK=1: a short smoke run; BENCH_ONLY=kube,...: some sections)
+# BENCH_PODMAN5=1 runs the bench against the Podman 5.4 service of `make
+# podman5` (brought up if need be; root), with its own CLI: the only one
+# here whose CRIU can checkpoint, which the checkpoint section needs (it
+# skips, saying why, elsewhere). The cluster is brought up only when the
+# kube section runs.
+bench: ## benchmarks: exec's overhead, then podvm against the podman CLI, Podman's bindings and runc, and vm/kube against kubectl on the cluster of make kube, in one run (BENCH_QUICK=1: a short smoke run; BENCH_ONLY=kube,checkpoint,...: some sections; BENCH_PODMAN5=1: on Podman 5.4)
 	$(GO) test -run '^$$' -bench . -benchmem ./exec/
-	@$(WITH_PODMAN); $(WITH_KUBE); cd bench && $(GO) run -tags 'remote containers_image_openpgp exclude_graphdriver_btrfs' .
+	@if [ "$${BENCH_PODMAN5:-}" = 1 ]; then env=$$(scripts/podman5-up.sh) || { echo "BENCH_PODMAN5=1: the Podman 5.4 service did not come up"; exit 1; }; \
+		eval "$$env"; export PODMAN=$$PWD/scripts/podman5-cli; else $(WITH_PODMAN); fi; \
+	case "$${BENCH_ONLY:-kube}" in *kube*) $(WITH_KUBE);; esac; cd bench && $(GO) run -tags 'remote containers_image_openpgp exclude_graphdriver_btrfs' .
 
 podman: ## bring up the project's Podman service and test image (idempotent)
 	@scripts/podman-up.sh

@@ -20,6 +20,13 @@
 // carries io.podvm.managed=true and a label of this run, and is removed
 // at the end, on failure or on Ctrl-C.
 //
+// The checkpoint section (checkpoint.go) needs a service whose CRIU can
+// checkpoint (vm.CheckpointSupport): the Podman 5.4 service of `make
+// podman5`, which `BENCH_PODMAN5=1 make bench` uses with its own CLI
+// ($PODMAN, scripts/podman5-cli); elsewhere it is skipped, saying why.
+// Its checkpoints are written in a directory of the run's under
+// vm.DefaultCheckpointDir, removed at the section's end.
+//
 // The kube section uses the cluster of $KUBECONFIG with the image
 // $PODVM_KUBE_IMAGE in $PODVM_KUBE_NAMESPACE, and $PODVM_KUBECTL (what
 // `eval "$(scripts/kube-up.sh)"` sets); without them it is skipped,
@@ -133,6 +140,7 @@ func run() int {
 	b.report(os.Stdout)
 	b.reportPool(os.Stdout)
 	b.reportSnapshots(os.Stdout)
+	b.reportCheckpoint(os.Stdout)
 	b.reportKube(os.Stdout)
 	if cleanupErr != nil {
 		fmt.Fprintln(os.Stderr, "bench: cleanup:", cleanupErr)
@@ -178,6 +186,7 @@ type bench struct {
 	pool                        []poolResult
 	snaps                       []snapshotResult // in snapshot.go
 	live                        *liveResult      // in live.go
+	ckpt                        *ckptResult      // in checkpoint.go
 	kube                        *kubeResult      // in kube.go
 	cluster                     *cluster         // the kube section's, nil without one
 }
@@ -195,7 +204,7 @@ type concRow struct {
 }
 
 // sectionNames name the comparisons, in the order they run.
-var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot", "live", "kube"}
+var sectionNames = []string{"exec", "lifecycle", "stream", "stdin", "memory", "concurrency", "pool", "files", "snapshot", "live", "checkpoint", "kube"}
 
 // pickSections parses -only; empty means every comparison.
 func pickSections(only string) (map[string]bool, error) {
@@ -235,7 +244,7 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 		b.setupBares(ctx)
 	}
 
-	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots, b.lives, b.kubes}
+	steps := []func(context.Context) error{b.execRoundTrips, b.lifecycles, b.streams, b.stdins, b.memory, b.concurrency, b.pools, b.files, b.snapshots, b.lives, b.checkpoints, b.kubes}
 	for i, step := range steps {
 		if !sections[sectionNames[i]] {
 			continue
@@ -252,10 +261,10 @@ func (b *bench) run(ctx context.Context, sections map[string]bool) error {
 }
 
 // podmanSections reports whether a picked section needs the Podman
-// sandboxes: every one but kube.
+// sandboxes: every one but kube, and checkpoint, which makes its own.
 func podmanSections(sections map[string]bool) bool {
 	for s, on := range sections {
-		if on && s != "kube" {
+		if on && s != "kube" && s != "checkpoint" {
 			return true
 		}
 	}

@@ -9,9 +9,13 @@
 // sandbox for a second seed once (its module fetched, its packages
 // compiled, in the sandbox's own filesystem), snapshots it, and compiles
 // and runs the seed in three fresh sandboxes started from the snapshot,
-// with nothing left to fetch or compile. It removes everything (also on
-// Ctrl-C), and exits 1 when something did not behave as promised, so it
-// doubles as a smoke test.
+// with nothing left to fetch or compile. Then, where the service can
+// checkpoint a running sandbox (vm.CheckpointSupport; it says why not
+// where it cannot, and goes on), it forks a warm process: a process that
+// warmed up is checkpointed and restored into three fresh sandboxes,
+// each copy answering from the warm state with the original's memory. It
+// removes everything (also on Ctrl-C), and exits 1 when something did
+// not behave as promised, so it doubles as a smoke test.
 //
 // `make demo` starts Podman and warms the demo's Go build cache first. By
 // hand, from the repository's root:
@@ -19,6 +23,11 @@
 //	eval "$(scripts/podman-up.sh)"
 //	go run ./examples/demo -warm   # once per Go version: fill the build cache
 //	go run ./examples/demo
+//
+// The fork part alone, against another service (say the Podman 5.4 one
+// of `make podman5`, whose CRIU can checkpoint):
+//
+//	go run ./examples/demo -forks -url unix://$PWD/.podvm/podman5/podman.sock
 package main
 
 import (
@@ -53,6 +62,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	flags := flag.NewFlagSet("demo", flag.ContinueOnError)
 	var (
 		warmOnly = flags.Bool("warm", false, "only fill the build cache (a first sandbox build of the seed), then exit")
+		forkOnly = flags.Bool("forks", false, "only fork a warm process: checkpoint it and restore it into fresh sandboxes, where the service can")
 		seed     = flags.String("seed", "testdata/seeds/hello", "the Go program to compile")
 		cache    = flags.String("cache", ".podvm/demo-gocache", "the demo's own Go build cache (never your ~/.cache/go-build)")
 		image    = flags.String("image", envOr("PODVM_TEST_IMAGE", "localhost/podvm-test:latest"), "the sandbox image")
@@ -67,6 +77,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	if *warmOnly {
 		return d.warm(ctx, w)
+	}
+	if *forkOnly {
+		return d.showForks(ctx, w)
 	}
 	return d.show(ctx, w)
 }
@@ -171,6 +184,7 @@ func (d *demo) show(ctx context.Context, w io.Writer) error {
 	tw.Flush()
 
 	failures = append(failures, d.snapshots(ctx, w)...)
+	failures = append(failures, d.forks(ctx, w)...)
 	if ctx.Err() != nil {
 		return errors.New("interrupted; its sandboxes were removed")
 	}
