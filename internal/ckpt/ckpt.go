@@ -240,7 +240,12 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 	tr := tar.NewReader(cr)
 	seen := map[string]bool{}
 	var end int64 // where the last entry's data and padding end
+	var last string
 	for {
+		// Next moves past what f left of the last entry's body: where r
+		// can seek (a file), by seeking to its last byte and reading
+		// that, which tells a body cut short as reading it all would, and
+		// CRIU's pages are not read.
 		h, err := tr.Next()
 		if err == io.EOF {
 			if cr.n < end+2*blockSize {
@@ -248,10 +253,13 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 			}
 			break
 		}
-		if err != nil {
-			if cr.err != nil {
-				return cr.err // the reader's own failure, not the archive's
-			}
+		switch {
+		case err == nil:
+		case cr.err != nil:
+			return cr.err // the reader's own failure, not the archive's
+		case errors.Is(err, io.ErrUnexpectedEOF) && last != "":
+			return fmt.Errorf("%w: %s cut short", ErrInvalid, last)
+		default:
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		name := path.Clean("/" + h.Name)[1:]
@@ -259,11 +267,8 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 			return fmt.Errorf("%w: %s twice", ErrInvalid, name)
 		}
 		seen[name] = true
-		err = f(name, h, tr)
-		if err == nil {
-			_, err = io.Copy(io.Discard, tr) // what f left of the body
-		}
-		switch {
+		start := cr.n // the header's end: tar reads no further ahead
+		switch err := f(name, h, tr); {
 		case err == nil:
 		case cr.err != nil:
 			return cr.err
@@ -272,7 +277,8 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 		default:
 			return err
 		}
-		end = (cr.n + blockSize - 1) / blockSize * blockSize
+		last = name
+		end = start + (dataSize(h)+blockSize-1)/blockSize*blockSize // the body and its padding
 	}
 	for _, need := range []string{ConfigDump, SpecDump, Inventory} {
 		if !seen[need] {
@@ -280,6 +286,18 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 		}
 	}
 	return nil
+}
+
+// dataSize is how many bytes of body follow h in the archive: none for
+// the types that have none whatever their size says (a hard link's may
+// say one). A sparse file's are fewer than its size: Podman writes none,
+// and one would be refused as cut short.
+func dataSize(h *tar.Header) int64 {
+	switch h.Typeflag {
+	case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
+		return 0
+	}
+	return h.Size
 }
 
 // readDump reads the body of a .dump entry, refusing one too large to be
@@ -304,6 +322,20 @@ type counter struct {
 	r   io.Reader
 	n   int64
 	err error
+}
+
+// Seek moves as the reader does, where it can seek (archive/tar skips
+// an entry's body so); else it fails, and tar reads instead.
+func (c *counter) Seek(offset int64, whence int) (int64, error) {
+	s, ok := c.r.(io.Seeker)
+	if !ok || whence != io.SeekCurrent {
+		return 0, errors.ErrUnsupported
+	}
+	pos, err := s.Seek(offset, whence)
+	if err == nil {
+		c.n += offset
+	}
+	return pos, err
 }
 
 func (c *counter) Read(p []byte) (int, error) {

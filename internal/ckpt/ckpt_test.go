@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -257,4 +258,33 @@ func FuzzRewrite(f *testing.F) {
 			t.Fatalf("rewritten as %+v", info)
 		}
 	})
+}
+
+// Inspect of a file seeks past the bodies it does not need (CRIU's
+// pages, the layer), and still tells one cut short.
+func TestInspectSeeksPastBodies(t *testing.T) {
+	t.Parallel()
+	pages := strings.Repeat("p", 8<<20)
+	a := archive(t, append(slices.Clone(whole), entry{name: "checkpoint/pages-2.img", body: pages}, entry{name: "rootfs-diff-2.tar", body: "x"}))
+	r := &readCounter{ReadSeeker: bytes.NewReader(a)}
+	_, err := Inspect(r)
+	require.NoError(t, err)
+	assert.Less(t, r.n, int64(1<<20), "the pages were read, not skipped")
+
+	cut := a[:len(a)-len(pages)/2]
+	_, err = Inspect(&readCounter{ReadSeeker: bytes.NewReader(cut)})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "pages-2.img cut short")
+}
+
+// readCounter counts the bytes read through it.
+type readCounter struct {
+	io.ReadSeeker
+	n int64
+}
+
+func (r *readCounter) Read(p []byte) (int, error) {
+	n, err := r.ReadSeeker.Read(p)
+	r.n += int64(n)
+	return n, err
 }
