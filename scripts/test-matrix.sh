@@ -137,7 +137,7 @@ sample() { [ "${PODVM_MATRIX_FULL:-}" = 1 ] || echo "export PODVM_PARITY_SAMPLE=
 # row adds is the transport (a key exchange per podman CLI call).
 run ssh "$envs
 export PODVM_PARITY_PATHS=agent
-$(sample transport)" "$(command -v podman)" "" "" "TestParity|TestSSHHostKey"
+$(sample transport)" "$(command -v podman)" "" "" "TestParity|TestSSHHostKey|TestCheckpointSupport"
 # Podman 5.4: every way a Podman call can fail or answer differently.
 run podman5 "$env5
 $(sample server)" "$REPO/scripts/podman5-cli" 1 # it has no local mode

@@ -21,7 +21,8 @@ func cliHarness(env podmantest.Env, podmanExec bool) vmtest.Harness {
 	h := podmanharness.Harness{Env: env, New: func(cfg vm.Config, opts ...vm.Option) (vm.VM, error) {
 		x, mode := cliMode(env)
 		return vm.NewCLIVM(cfg, x, append(append(mode, vm.WithPodman(env.Podman)), opts...)...)
-	}, Unreachable: []vm.Option{vm.WithPodman("/nonexistent/podman")}, PodmanExec: podmanExec}
+	}, Unreachable: []vm.Option{vm.WithPodman("/nonexistent/podman")}, PodmanExec: podmanExec,
+		Restore: backendOf(env, "cli")}
 	if podmanExec && env.RemoteOnly {
 		return remoteCopies{h}
 	}

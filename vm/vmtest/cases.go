@@ -487,6 +487,7 @@ func cases(h Harness) []testCase {
 	cases = append(cases, fileCases()...)
 	cases = append(cases, failureCases()...)
 	cases = append(cases, snapshotCases(h)...)
+	cases = append(cases, checkpointCases(h)...)
 	cases = append(cases, nameCases()...)
 	cases = append(cases, escapeCases(h)...)
 	cases = append(cases, streamCases()...)

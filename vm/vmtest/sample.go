@@ -52,7 +52,7 @@ var samples = map[string][]string{
 		"usage/cpu", "usage/memory", "workdir/not-a-directory",
 		"lifecycle/create-cancelled", "lifecycle/remove-twice", "lifecycle/uncreated",
 		"snapshot/holds-the-layer", "snapshot/invalid", "snapshot/read-only-tmpfs", "snapshot/remove",
-		"process/timeout", "service/limit"),
+		"process/timeout", "service/limit", "checkpoint/support", "checkpoint/fork"),
 	// What rootless Podman adds to a transport: limits it may not
 	// enforce, ownership through a user namespace, kills of whole trees
 	// in a delegated cgroup, usage, snapshots of its own storage. Its
@@ -63,7 +63,7 @@ var samples = map[string][]string{
 		"hardening/restrict", "limits/per-command", "usage/cpu", "usage/memory",
 		"timeout/setsid-fork-bomb", "escape/timeout", "escape/cancel", "process/timeout",
 		"files/write-read", "files/write-size", "files/read-only", "copy/paths",
-		"snapshot/holds-the-layer", "snapshot/remove"),
+		"snapshot/holds-the-layer", "snapshot/remove", "checkpoint/support"),
 }
 
 var transport = []string{

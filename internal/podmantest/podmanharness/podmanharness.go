@@ -31,12 +31,19 @@ type Harness struct {
 	// PodmanExec runs the VMs' commands as Podman exec sessions, set as
 	// their Config.PodmanExec; otherwise they go through podvm's agent.
 	PodmanExec bool
+	// Restore are the options that make vm.Restore use New's backend on
+	// Env's service.
+	Restore []vm.Option
 }
 
 var (
 	_ vmtest.Harness    = Harness{}
 	_ vmtest.MountDirer = Harness{}
+	_ vmtest.Restorer   = Harness{}
 )
+
+// RestoreOptions implements [vmtest.Restorer].
+func (h Harness) RestoreOptions() []vm.Option { return h.Restore }
 
 // unreachableURL is a Podman service that does not exist.
 const unreachableURL = "unix:///nonexistent/podvm.sock"
@@ -50,7 +57,8 @@ func API(env podmantest.Env, podmanExec bool) Harness {
 			uri = unreachableURL
 		}
 		return vm.NewAPIVM(context.Background(), uri, cfg)
-	}, Unreachable: []vm.Option{vm.WithURL(unreachableURL)}, PodmanExec: podmanExec}
+	}, Unreachable: []vm.Option{vm.WithURL(unreachableURL)}, PodmanExec: podmanExec,
+		Restore: []vm.Option{vm.WithBackend(vm.BackendAPI), vm.WithURL(env.Host)}}
 }
 
 // NewVM returns New's VM for cfg as [Sandbox] adjusts it, with Env's
