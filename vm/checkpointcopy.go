@@ -256,13 +256,13 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 		cfg.Labels = map[string]string{}
 	}
 	maps.Copy(cfg.Labels, ro.Labels)
-	if _, err := os.Stat(cp.Path); errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s: its archive %s is gone", ErrCheckpointNotFound, cp.ID, cp.Path)
+	if _, err := os.Stat(cp.archive); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s: its archive %s is gone", ErrCheckpointNotFound, cp.ID, cp.archive)
 	}
 	// The archive is restored as it says (its mounts, its processes):
 	// from a directory that is the caller's alone, which nobody else
 	// can have planted it in.
-	if err := checkCheckpointDir(filepath.Dir(cp.Path)); err != nil {
+	if err := checkCheckpointDir(filepath.Dir(cp.archive)); err != nil {
 		return nil, err
 	}
 	if len(m.Processes) > MaxProcesses {
@@ -334,9 +334,9 @@ func (s *sandbox) restore(ctx context.Context, cp *Checkpoint) (err error) {
 	labels[labelToken] = s.token
 	labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	labels[LabelRestoredFrom] = cp.ID
-	spool := filepath.Join(filepath.Dir(cp.Path), spoolName(id[:24], "restore"))
+	spool := filepath.Join(filepath.Dir(cp.archive), spoolName(id[:24], "restore"))
 	defer os.Remove(spool)
-	if err := rewriteArchive(spool, cp.Path, ckpt.Identity{ID: id, Name: name, Labels: labels}); err != nil {
+	if err := rewriteArchive(spool, cp.archive, ckpt.Identity{ID: id, Name: name, Labels: labels}); err != nil {
 		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
 	}
 	s.made = true // from here on, a failure removes id

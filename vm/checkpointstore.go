@@ -60,7 +60,8 @@ type Checkpoint struct {
 	Size    int64             // the archive's size in bytes
 	Labels  map[string]string // podvm's (above) and the caller's
 
-	meta checkpointMeta
+	meta    checkpointMeta
+	archive string // Path as read: what Restore restores
 }
 
 // checkpointMeta is a checkpoint's <ID>.json.
@@ -253,8 +254,9 @@ func readCheckpoint(path string) (*Checkpoint, error) {
 
 // checkpoint is the Checkpoint m describes, in dir.
 func (m checkpointMeta) checkpoint(dir string) *Checkpoint {
-	return &Checkpoint{ID: m.ID, Path: filepath.Join(dir, m.ID+".tar"), Source: m.Source, Image: m.Image,
-		Created: m.Created, Size: m.Size, Labels: maps.Clone(m.Labels), meta: m}
+	archive := filepath.Join(dir, m.ID+".tar")
+	return &Checkpoint{ID: m.ID, Path: archive, Source: m.Source, Image: m.Image,
+		Created: m.Created, Size: m.Size, Labels: maps.Clone(m.Labels), meta: m, archive: archive}
 }
 
 // OpenCheckpoint returns the checkpoint ref names: its ID, in
