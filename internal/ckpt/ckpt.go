@@ -248,7 +248,10 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 		// CRIU's pages are not read.
 		h, err := tr.Next()
 		if err == io.EOF {
-			if cr.n < end+2*blockSize {
+			// Two zero blocks after the last entry, and after any header
+			// read since (a long name's, whose entry the cut took).
+			last := max(end, (cr.nonZero+blockSize-1)/blockSize*blockSize)
+			if cr.n < last+2*blockSize {
 				return fmt.Errorf("%w: cut short: no end-of-archive blocks", ErrInvalid)
 			}
 			break
@@ -319,9 +322,10 @@ const blockSize = 512
 // counter counts what was read through it, and keeps the reader's
 // failure (an end is none).
 type counter struct {
-	r   io.Reader
-	n   int64
-	err error
+	r       io.Reader
+	n       int64
+	nonZero int64 // where the last byte read that is not zero ends
+	err     error
 }
 
 // Seek moves as the reader does, where it can seek (archive/tar skips
@@ -340,6 +344,12 @@ func (c *counter) Seek(offset int64, whence int) (int64, error) {
 
 func (c *counter) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	for i := n - 1; i >= 0; i-- { // from the end: data stops it at once
+		if p[i] != 0 {
+			c.nonZero = c.n + int64(i) + 1
+			break
+		}
+	}
 	c.n += int64(n)
 	if err != nil && err != io.EOF {
 		c.err = err

@@ -288,3 +288,42 @@ func (r *readCounter) Read(p []byte) (int, error) {
 	r.n += int64(n)
 	return n, err
 }
+
+// An archive cut just after a long name's own header (PAX or GNU), before
+// the entry it names, is cut short: that header is no end of archive.
+func TestCutAfterLongNameHeader(t *testing.T) {
+	t.Parallel()
+	long := "checkpoint/" + strings.Repeat("n", 200) + ".img"
+	for _, format := range []tar.Format{tar.FormatPAX, tar.FormatGNU} {
+		a := archive(t, append(slices.Clone(whole), entry{name: long, body: "x"}))
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		tr := tar.NewReader(bytes.NewReader(a))
+		var at int // where the long entry's first header begins
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+			require.NoError(t, tw.Flush())
+			if h.Name == long {
+				at = b.Len()
+			}
+			h.Format, h.PAXRecords = format, nil
+			if h.Name != long {
+				h.Format = tar.FormatUnknown
+			}
+			require.NoError(t, tw.WriteHeader(h))
+			_, err = io.Copy(tw, tr)
+			require.NoError(t, err)
+		}
+		require.NoError(t, tw.Close())
+		for cut := at + blockSize; cut < at+4*blockSize && cut < b.Len(); cut += blockSize {
+			for _, r := range []io.Reader{bytes.NewReader(b.Bytes()[:cut]), io.LimitReader(bytes.NewReader(b.Bytes()), int64(cut))} {
+				_, err := Inspect(r)
+				require.ErrorIs(t, err, ErrInvalid, "%v cut at %d (the entry at %d)", format, cut, at)
+			}
+		}
+	}
+}
