@@ -33,13 +33,13 @@ type CheckpointOptions struct {
 	// Labels are added to the checkpoint's; podvm's own win.
 	Labels map[string]string
 	// Remove removes the sandbox once its checkpoint is written, as
-	// [VM.Remove] does, before it runs again: nothing it does after the
-	// checkpoint's instant (a write to a bind mount, a message out) is
-	// done twice by its copies. What it was lives on in the checkpoint
-	// alone. When the removal fails, TakeCheckpoint returns the
-	// checkpoint with the error, and Remove may be tried again. (To stop
-	// a sandbox and bring it back later on the same service, see
-	// [Suspend].)
+	// [VM.Remove] does: what it was lives on in the checkpoint alone.
+	// Its processes run on until then (the dump leaves them running):
+	// what they do after the checkpoint's instant (a write to a bind
+	// mount, a message out), its copies may do again. When the removal
+	// fails, TakeCheckpoint returns the checkpoint with the error, and
+	// Remove may be tried again. (To stop a sandbox and bring it back
+	// later on the same service, see [Suspend].)
 	Remove bool
 }
 
@@ -122,7 +122,7 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	if err == nil {
 		err = ctx.Err()
 	}
-	if main != nil && (err != nil || !opts.Remove) { // to be removed frozen, else
+	if main != nil {
 		if terr := main.Thaw(); terr != nil && err == nil {
 			err = fmt.Errorf("the sandbox's agent did not go on: %w", terr)
 		}

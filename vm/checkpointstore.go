@@ -199,6 +199,10 @@ func openCheckpointDir(dir string) error {
 // checkCheckpointDir checks that dir is a directory of the caller's
 // alone (mode 0700, not a symbolic link) out of any temporary directory.
 func checkCheckpointDir(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("vm: checkpoints: %w", err)
+	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
 		return fmt.Errorf("vm: checkpoints: %w", err)
@@ -366,16 +370,39 @@ func RemoveCheckpoint(ctx context.Context, ref string, opts ...Option) error {
 	}
 	cp, err := readCheckpoint(path)
 	if errors.Is(err, ErrCheckpointNotFound) {
-		// An archive whose metadata never was written, or went first.
+		// An archive whose metadata never was written, or went first:
+		// in a checkpoint directory, and a checkpoint archive whole.
 		archive := strings.TrimSuffix(path, ".json") + ".tar"
-		if rerr := os.Remove(archive); rerr == nil || !errors.Is(rerr, fs.ErrNotExist) {
-			return rerr
+		if _, serr := os.Lstat(archive); serr == nil {
+			if err := orphanArchive(archive); err != nil {
+				return err
+			}
+			return os.Remove(archive)
 		}
 	}
 	if err != nil {
 		return err
 	}
 	return removeCheckpoint(cp.Path, path)
+}
+
+// orphanArchive checks that archive, without its metadata, is a
+// checkpoint's archive in a checkpoint directory, before it is removed.
+func orphanArchive(archive string) error {
+	if err := checkCheckpointDir(filepath.Dir(archive)); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(archive)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a file", ErrInvalidCheckpoint, archive)
+	}
+	if _, _, err := inspectArchive(archive); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidCheckpoint, archive, err)
+	}
+	return nil
 }
 
 // removeCheckpoint removes a checkpoint's metadata, then its archive.
@@ -428,7 +455,7 @@ func reapCheckpoints(ctx context.Context, o options, chk ownerCheck, removed []s
 		} else if id, ok := strings.CutSuffix(name, ".tar"); ok && checkpointIDRE.MatchString(id) && !exists(filepath.Join(dir, id+".json")) {
 			// Renamed in before its metadata was written, and never
 			// was: a checkpoint whose writer died in between.
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > orphanArchiveAge {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > orphanArchiveAge && orphanArchive(filepath.Join(dir, name)) == nil {
 				why = "an archive without its metadata"
 			}
 		}

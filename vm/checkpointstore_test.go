@@ -1,6 +1,8 @@
 package vm
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -157,25 +159,46 @@ func TestReapCheckpoints(t *testing.T) {
 	deadPIDFile := "." + strconv.Itoa(deadPID(t)) + "-" + randomHex() + ".partial"
 	goneOwnerFile := "." + o.String() + "-" + randomHex() + ".restore"
 	live := spoolName(randomHex(), "restore")
-	oldOrphan, newOrphan := randomHex()+".tar", randomHex()+".tar"
-	for _, f := range []string{deadPIDFile, goneOwnerFile, live, oldOrphan, newOrphan, "other.partial"} {
+	oldOrphan, newOrphan, notOurs := randomHex()+".tar", randomHex()+".tar", randomHex()+".tar"
+	for _, f := range []string{deadPIDFile, goneOwnerFile, live, "other.partial", notOurs} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, f), nil, 0o600))
 	}
+	for _, f := range []string{oldOrphan, newOrphan} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), tinyArchive(t), 0o600))
+	}
 	long := time.Now().Add(-time.Hour)
-	require.NoError(t, os.Chtimes(filepath.Join(dir, oldOrphan), long, long))
+	for _, f := range []string{oldOrphan, notOurs} {
+		require.NoError(t, os.Chtimes(filepath.Join(dir, f), long, long))
+	}
 
 	removed, err := Reap(context.Background(), 0, WithCheckpoints(), WithCheckpointDir(dir),
 		WithBackend(BackendAPI), WithURL("unix://"+filepath.Join(dir, "no.sock")))
 	require.ErrorIs(t, err, ErrUnavailable, "no Podman answers")
 	assert.Equal(t, []string{gone}, removed)
 	for f, want := range map[string]bool{ours + ".json": true, ours + ".tar": true, gone + ".json": false, gone + ".tar": false,
-		deadPIDFile: false, goneOwnerFile: false, live: true, oldOrphan: false, newOrphan: true, "other.partial": true} {
+		deadPIDFile: false, goneOwnerFile: false, live: true, oldOrphan: false, newOrphan: true, "other.partial": true, notOurs: true} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.Equal(t, want, err == nil, "%s kept: want %v", f, want)
 	}
 	require.NoError(t, RemoveCheckpoint(context.Background(), filepath.Join(dir, newOrphan)), "an archive without its metadata")
 	_, err = os.Stat(filepath.Join(dir, newOrphan))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+	require.ErrorIs(t, RemoveCheckpoint(context.Background(), filepath.Join(dir, notOurs)), ErrInvalidCheckpoint, "a file that is no checkpoint's archive")
+	assert.FileExists(t, filepath.Join(dir, notOurs))
+}
+
+// tinyArchive is the smallest archive a restore would take: config.dump,
+// spec.dump and CRIU's inventory.
+func tinyArchive(t *testing.T) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for name, body := range map[string]string{"config.dump": `{"id":"x"}`, "spec.dump": `{}`, "checkpoint/inventory.img": "inv"} {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(body)), Typeflag: tar.TypeReg}))
+		_, err := tw.Write([]byte(body))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	return b.Bytes()
 }
 
 // deadPID is a PID that names no process.

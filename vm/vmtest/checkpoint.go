@@ -27,23 +27,31 @@ type Restorer interface {
 func checkpointCases(h Harness) []testCase {
 	checkpointable := func(c *vm.Config) { c.Checkpointable = true }
 	return []testCase{
-		{Name: "checkpoint/support", Promise: "CheckpointSupport answers before anything is made, and TakeCheckpoint and Suspend agree with it",
-			Config: checkpointable, Deadline: 2 * time.Minute,
+		{Name: "checkpoint/support", Promise: "CheckpointSupport answers before anything is made, and TakeCheckpoint and Suspend agree with it once the sandbox is",
+			Config: checkpointable, Uncreated: true, Deadline: 2 * time.Minute,
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
 				err := vm.CheckpointSupport(ctx, v)
-				obs := []observation{observeCheckpoint("support", err)}
-				if err == nil {
-					return obs
-				}
-				if !errors.Is(err, vm.ErrNotSupported) {
+				if err != nil && !errors.Is(err, vm.ErrNotSupported) {
 					t.Fatalf("CheckpointSupport: %v", err)
+				}
+				if v.ID() != "" {
+					t.Errorf("CheckpointSupport made the sandbox: %s", v.ID())
+				}
+				if cerr := v.Create(ctx); cerr != nil {
+					t.Fatalf("Create: %v", cerr)
 				}
 				_, terr := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: checkpointDir(t)})
 				serr := vm.Suspend(ctx, v)
-				if !errors.Is(terr, vm.ErrNotSupported) || !errors.Is(serr, vm.ErrNotSupported) {
-					t.Errorf("TakeCheckpoint: %v; Suspend: %v: want ErrNotSupported as CheckpointSupport said", terr, serr)
+				if err == nil {
+					serr = errors.Join(serr, vm.Resume(ctx, v))
 				}
-				return append(obs, observeCheckpoint("take", terr), observeCheckpoint("suspend", serr))
+				agree := func(got error) bool {
+					return (err == nil) == (got == nil) && (got == nil || errors.Is(got, vm.ErrNotSupported))
+				}
+				if !agree(terr) || !agree(serr) {
+					t.Errorf("CheckpointSupport: %v; TakeCheckpoint: %v; Suspend and Resume: %v: want them to agree", err, terr, serr)
+				}
+				return []observation{observeCheckpoint("support", err), observeCheckpoint("take", terr), observeCheckpoint("suspend", serr)}
 			}},
 		{Name: "checkpoint/fork", Promise: "a copy restored from a checkpoint is a sandbox of its own whose held process goes on from the checkpoint with its memory, and whose files are the source's at that instant",
 			Config: checkpointable, Deadline: 3 * time.Minute, Agent: true,
