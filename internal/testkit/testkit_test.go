@@ -183,3 +183,23 @@ func TestUpperEcho(t *testing.T) {
 	assert.Equal(t, "ABC\n", got)
 	a.Close()
 }
+
+func TestFreed(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	c, err := net.Dial("tcp", addr) // a connection on the port outlives its listener
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := l.Accept()
+	require.NoError(t, err)
+	defer s.Close()
+	assert.False(t, Freed(addr, 100*time.Millisecond), "a listener holds the port")
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		l.Close()
+	}()
+	assert.True(t, Freed(addr, 5*time.Second), "the listener closed while Freed waited")
+	assert.True(t, Freed(addr, 0), "and the port is free again after Freed took it")
+}

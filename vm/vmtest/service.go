@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -63,8 +64,7 @@ func serviceCases(h Harness) []testCase {
 				if err := f.Close(); err != nil {
 					t.Errorf("Close: %v", err)
 				}
-				if c, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second); err == nil {
-					c.Close()
+				if !testkit.Freed(f.Addr().String(), 5*time.Second) {
 					t.Error("the forward still listens after Close")
 				}
 				return []observation{outcome("forward", "served")}
@@ -183,8 +183,7 @@ func serviceCases(h Harness) []testCase {
 					t.Errorf("a read on a connection of the removed sandbox: %v; want EOF", err)
 				}
 				endsWithin(t, carried, 10*time.Second, "a forward's client connection, after Remove")
-				if l, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second); err == nil {
-					l.Close()
+				if !testkit.Freed(f.Addr().String(), 5*time.Second) {
 					t.Error("the forward still listens after Remove")
 				}
 				_, err := vm.Dial(ctx, v, "tcp", addr)
@@ -397,17 +396,8 @@ func serviceCases(h Harness) []testCase {
 				if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
 					t.Error("a connection of the gone container still reads 30 s later")
 				}
-				deadline := time.Now().Add(30 * time.Second)
-				for {
-					l, err := net.DialTimeout("tcp", f.Addr().String(), 5*time.Second)
-					if err != nil {
-						break
-					}
-					l.Close()
-					if time.Now().After(deadline) {
-						t.Fatal("the forward still listens 30 s after its container went away")
-					}
-					time.Sleep(20 * time.Millisecond)
+				if !testkit.Freed(f.Addr().String(), 30*time.Second) {
+					t.Fatal("the forward still listens 30 s after its container went away")
 				}
 				began := time.Now()
 				if _, err := vm.Dial(ctx, v, "tcp", addr); err == nil {
