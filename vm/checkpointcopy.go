@@ -274,10 +274,7 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 	o := newOptions(opts)
 	d, err := o.driver(ctx)
 	if err != nil {
-		if ctx.Err() != nil { // what ended the search for a service
-			return nil, fmt.Errorf("vm: restore %s: %w (%v)", cp.ID, ctx.Err(), err)
-		}
-		return nil, err
+		return nil, fmt.Errorf("vm: restore %s: %w", cp.ID, err)
 	}
 	var v interface {
 		VM

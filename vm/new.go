@@ -129,6 +129,9 @@ func (o options) connect(ctx context.Context) (c *libpod.Client, tried []string,
 	if len(candidates) == 0 {
 		tried = append(tried, "no socket: CONTAINER_HOST unset, none at $XDG_RUNTIME_DIR/podman/podman.sock or /run/podman/podman.sock")
 	}
+	if err := ctx.Err(); err != nil { // what ended the search, not the services
+		return nil, nil, fmt.Errorf("vm: looking for a Podman service: %w (tried %s)", err, strings.Join(tried, "; "))
+	}
 	if o.backend == BackendAPI || o.url != "" { // the CLI would go to the same place
 		return nil, nil, fmt.Errorf("%w: tried %s", ErrUnavailable, strings.Join(tried, "; "))
 	}

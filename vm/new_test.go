@@ -44,23 +44,35 @@ func TestNewTriesSocketsInOrder(t *testing.T) {
 	assert.True(t, host >= 0 && xdg > host && system > xdg, "CONTAINER_HOST, then XDG_RUNTIME_DIR, then /run, all named: %v", err)
 }
 
-// A socket that accepts but never answers costs the ping timeout, not a hang.
-func TestNewSocketThatDoesNotAnswer(t *testing.T) {
-	dir := discoveryEnv(t)
-	path := filepath.Join(dir, "host.sock")
+// silentSocket listens at path until the test ends, and holds every
+// connection open, never answering.
+func silentSocket(t *testing.T, path string) {
 	ln, err := net.Listen("unix", path)
 	require.NoError(t, err)
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			defer c.Close() // held open, never answered
+			held = append(held, c)
 		}
 	}()
-	_, err = vm.New(context.Background(), anyConfig, vm.WithBackend(vm.BackendAPI), vm.WithPingTimeout(300*time.Millisecond))
+}
+
+// A socket that accepts but never answers costs the ping timeout, not a hang.
+func TestNewSocketThatDoesNotAnswer(t *testing.T) {
+	dir := discoveryEnv(t)
+	path := filepath.Join(dir, "host.sock")
+	silentSocket(t, path)
+	_, err := vm.New(context.Background(), anyConfig, vm.WithBackend(vm.BackendAPI), vm.WithPingTimeout(300*time.Millisecond))
 	require.ErrorIs(t, err, vm.ErrUnavailable)
 	assert.Contains(t, err.Error(), "unix://"+path+": no answer within 300ms")
 
@@ -69,6 +81,18 @@ func TestNewSocketThatDoesNotAnswer(t *testing.T) {
 	_, err = vm.NewAPIVM(context.Background(), "unix://"+path, anyConfig, vm.WithPingTimeout(300*time.Millisecond))
 	require.ErrorIs(t, err, vm.ErrUnavailable)
 	assert.Less(t, time.Since(start), 30*time.Second, "bounded by the ping timeout")
+}
+
+// A ctx that ends while New looks for a service is what failed, not the
+// services: New says so, and does not fall back to the CLI.
+func TestNewContextEndsWhileLooking(t *testing.T) {
+	dir := discoveryEnv(t)
+	silentSocket(t, filepath.Join(dir, "host.sock"))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	v, err := vm.New(ctx, anyConfig, vm.WithPodman("true"), vm.WithPingTimeout(time.Minute))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "got %T", v)
+	assert.Contains(t, err.Error(), "looking for a Podman service")
 }
 
 // A missing mount source on this machine is a bad config, refused before
