@@ -65,9 +65,7 @@ func (s *sandbox) socketChannel() bool {
 	if s.created {
 		return s.chanDir != ""
 	}
-	local, service := s.d.Local()
-	_, unmountable := agentUnmountable.Load(service)
-	return local && !unmountable && !s.cfg.PodmanExec && !s.cfg.Checkpointable
+	return !s.cfg.PodmanExec && s.agentOverSocket()
 }
 
 // checkpointProbes holds the probe's answer (error, nil included) for

@@ -273,11 +273,18 @@ func (s *sandbox) ensureImages(ctx context.Context) (*agentMount, error) {
 	if err != nil || s.cfg.PodmanExec {
 		return nil, err
 	}
+	return newAgentMount(arch, s.agentOverSocket())
+}
+
+// agentOverSocket reports whether the agent of a sandbox s makes now is
+// mounted from the caller's disk and talks over a unix socket of the
+// caller's: on a service of this machine that sees the caller's disk,
+// unless the config asks for Checkpointable. Otherwise it is copied in,
+// and talks over its stdio.
+func (s *sandbox) agentOverSocket() bool {
 	local, service := s.d.Local()
-	if _, no := agentUnmountable.Load(service); no || s.cfg.Checkpointable {
-		local = false // the agent is copied in, and talks over its stdio
-	}
-	return newAgentMount(arch, local)
+	_, unmountable := agentUnmountable.Load(service)
+	return local && !unmountable && !s.cfg.Checkpointable
 }
 
 // ensureImage makes the config's image present as its Pull and
