@@ -116,6 +116,12 @@ func (s *sandbox) checkpointable(ctx context.Context, socket bool) error {
 	if err := s.checkpointSupport(ctx); err != nil {
 		return err
 	}
+	return socketRefusal(socket)
+}
+
+// socketRefusal is the refusal of a checkpoint of a sandbox whose agent
+// talks over a unix socket of the caller's (socket), else nil.
+func socketRefusal(socket bool) error {
 	if socket {
 		return fmt.Errorf("%w: checkpoints: the sandbox's agent talks over a unix socket of the caller's, which no checkpoint can carry; a sandbox made with Config.Checkpointable talks over its stdio", ErrNotSupported)
 	}
@@ -291,10 +297,14 @@ func (s *sandbox) setSuspended(suspended bool) {
 }
 
 func (s *sandbox) suspend(ctx context.Context) error {
+	// Before s.mu: the first answer for a kind of sandbox takes a probe.
+	if err := s.checkpointSupport(ctx); err != nil {
+		return err // before anything, created or not
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkpointable(ctx, s.chanDir != ""); err != nil {
-		return err // before anything, created or not
+	if err := socketRefusal(s.chanDir != ""); err != nil {
+		return err
 	}
 	st, err := s.container()
 	switch {
@@ -305,43 +315,84 @@ func (s *sandbox) suspend(ctx context.Context) error {
 	}
 	c := s.d.(driver.Checkpointer) // checkpointSupport found it
 	s.setSuspended(true)           // new calls fail from now on, rather than wait
+	_, lost, err := s.frozenDump(ctx, st, "suspend", true, func(ctx context.Context) error {
+		return c.Suspend(ctx, st.id)
+	})
+	if err != nil && !lost {
+		s.setSuspended(false)
+	}
+	if lost {
+		return fmt.Errorf("vm: suspend: %w (the sandbox runs, but its agent was not reached again: Remove it)", err)
+	}
+	if err != nil {
+		return fmt.Errorf("vm: suspend: %w", err)
+	}
+	return nil
+}
+
+// frozenDump runs dump, the engine's checkpoint of the sandbox in st,
+// with its agent (if any) frozen at a frame boundary, and returns what
+// the agent held then (for a copy to adopt, see TakeCheckpoint) and the
+// dump's error with what may name its cause (dumpError). stops: the
+// dump stops the sandbox, ending the agent's stream, and the agent
+// stays detached after it, for Resume to rebind. Whenever the sandbox
+// runs on after the dump, the agent goes on: thawed on its stream, or,
+// where a failed dump that stops the sandbox ended that, on a new one;
+// lost: it could not be.
+func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops bool, dump func(context.Context) error) (held frozenState, lost bool, err error) {
 	var main *agent.Client
-	var frozen agent.Frozen
 	if st.agent != nil {
 		main = st.agent.main
+	}
+	var frozen agent.Frozen
+	if main != nil {
 		if frozen, err = main.Freeze(ctx); err != nil {
-			s.setSuspended(false)
-			return fmt.Errorf("vm: suspend: %w", err)
+			return held, false, err
 		}
-		// The dump ends the stream (the sandbox stops): no failure.
-		if err := main.Detach(); err != nil {
-			_ = main.Thaw()
-			s.setSuspended(false)
-			return fmt.Errorf("vm: suspend: %w", err)
+		if stops {
+			if err := main.Detach(); err != nil {
+				_ = main.Thaw()
+				return held, false, err
+			}
 		}
+		held = frozenState{nextRun: main.NextRun(), processes: s.heldRecords()}
 	}
-	_, err = finishDespiteCancel(ctx, "suspend", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, c.Suspend(ctx, st.id)
+	_, err = finishDespiteCancel(ctx, what, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, dump(ctx)
 	})
-	if err == nil {
-		return nil
+	if err != nil {
+		err = s.dumpError(err, frozen)
+	} else if stops {
+		return held, false, nil
 	}
-	err = s.dumpError(err, frozen)
-	// A failed dump leaves the sandbox running: on its stream, or on a
-	// new one where that ended.
-	if main != nil && main.Thaw() != nil {
+	if main == nil {
+		return held, false, err
+	}
+	goOn := main.Thaw()
+	if goOn != nil && stops { // the failed dump ended the stream
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		rw, aerr := c.AttachRunning(actx, st.id)
+		rw, aerr := s.d.(driver.Checkpointer).AttachRunning(actx, st.id)
 		if aerr == nil {
 			aerr = main.Rebind(actx, rw)
 		}
-		if aerr != nil {
-			return fmt.Errorf("vm: suspend: %w; and the agent could not be reached again: %w", err, aerr)
-		}
+		goOn = aerr
 	}
-	s.setSuspended(false)
-	return fmt.Errorf("vm: suspend: %w", err)
+	switch {
+	case goOn == nil:
+		return held, false, err
+	case err == nil:
+		return held, true, fmt.Errorf("the sandbox's agent did not go on: %w", goOn)
+	default:
+		return held, true, fmt.Errorf("%w; and the sandbox's agent did not go on: %w", err, goOn)
+	}
+}
+
+// frozenState is what a frozen agent held: the next run's number, and
+// the processes held by handle.
+type frozenState struct {
+	nextRun   uint32
+	processes []heldRecord
 }
 
 func (s *sandbox) resume(ctx context.Context) error {

@@ -80,9 +80,13 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	if err != nil {
 		return nil, err
 	}
+	// Before s.mu: the first answer for a kind of sandbox takes a probe.
+	if err := s.checkpointSupport(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkpointable(ctx, s.chanDir != ""); err != nil {
+	if err := socketRefusal(s.chanDir != ""); err != nil {
 		return nil, err
 	}
 	st, err := s.container()
@@ -104,28 +108,12 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	}
 	partial := filepath.Join(dir, spoolName(m.ID, "partial"))
 	defer os.Remove(partial) // renamed once whole
-	var main *agent.Client
-	var frozen agent.Frozen
-	if st.agent != nil {
-		main = st.agent.main
-		if frozen, err = main.Freeze(ctx); err != nil {
-			return nil, fmt.Errorf("vm: checkpoint: %w", err)
-		}
-		m.NextRun, m.Processes = main.NextRun(), s.heldRecords()
-	}
-	_, err = finishDespiteCancel(ctx, "checkpoint", func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, c.Export(ctx, st.id, partial)
+	held, _, err := s.frozenDump(ctx, st, "checkpoint", false, func(ctx context.Context) error {
+		return c.Export(ctx, st.id, partial)
 	})
-	if err != nil {
-		err = s.dumpError(err, frozen)
-	}
+	m.NextRun, m.Processes = held.nextRun, held.processes
 	if err == nil {
 		err = ctx.Err()
-	}
-	if main != nil {
-		if terr := main.Thaw(); terr != nil && err == nil {
-			err = fmt.Errorf("the sandbox's agent did not go on: %w", terr)
-		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("vm: checkpoint: %w", err)
