@@ -3,7 +3,9 @@ package vm_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,7 +180,9 @@ func TestCheckpointRestore(t *testing.T) {
 				assert.Empty(t, entries, "nothing written")
 				return
 			}
+			hostname := outputOfRun(ctx, t, v, "hostname")
 			late := runLate(ctx, t, v)
+			taken := time.Now().Unix()
 			cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Labels: map[string]string{"test": t.Name()}})
 			require.NoError(t, err)
 			assert.Equal(t, v.ID(), cp.Source)
@@ -230,8 +234,25 @@ func TestCheckpointRestore(t *testing.T) {
 				res, err := c.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "ps -o args | grep -c '[s]leep 1' || true"}})
 				require.NoError(t, err)
 				assert.Equal(t, "0\n", res.Stdout, "the Run in flight is the original's: gone from the copy")
+				assert.Equal(t, hostname, outputOfRun(ctx, t, c, "hostname"), "the hostname is the source's")
+				now, err := strconv.ParseInt(strings.TrimSpace(outputOfRun(ctx, t, c, "date", "+%s")), 10, 64)
+				require.NoError(t, err)
+				assert.True(t, now >= taken && now <= time.Now().Unix()+1, "the copy's clock is the host's, not the checkpoint's: %d, taken at %d", now, taken)
+				require.NoError(t, vm.WriteFile(ctx, c, "/tmp/copy", []byte(fmt.Sprint(i)), 0o600))
 			}
 			assert.Len(t, ids, 3, "each copy is a container of its own")
+			// No copy reaches another's channel, or the original's: each
+			// held process heard its own input alone, and each sandbox
+			// has its own files.
+			assert.Equal(t, 2, strings.Count(outputOf(p), "\n"), "the original's process heard nothing of the copies'")
+			for i, c := range copies {
+				assert.Equal(t, want, outputOf(vm.Processes(c)[0]), "copy %d's process heard its own input alone", i)
+				b, err := vm.ReadFile(ctx, c, "/tmp/copy", 100)
+				require.NoError(t, err)
+				assert.Equal(t, fmt.Sprint(i), string(b), "copy %d's files are its own", i)
+			}
+			_, err = vm.ReadFile(ctx, v, "/tmp/copy", 100)
+			assert.ErrorIs(t, err, fs.ErrNotExist, "the original's files are its own")
 
 			list, err := vm.ListCheckpoints(ctx, vm.WithCheckpointDir(dir), vm.WithLabel("test", t.Name()))
 			require.NoError(t, err)
@@ -283,6 +304,16 @@ func backendOf(env podmantest.Env, name string) []vm.Option {
 		opts = append(opts, vm.WithExecutor(x))
 	}
 	return opts
+}
+
+// outputOfRun is the stdout of a Run of name and args in v, which must
+// succeed.
+func outputOfRun(ctx context.Context, t *testing.T, v vm.VM, name string, args ...string) string {
+	t.Helper()
+	res, err := v.Run(ctx, exec.Command{Name: name, Args: args})
+	require.NoError(t, err)
+	require.Equal(t, 0, res.ExitCode, "%s %v: %s", name, args, res.Stderr)
+	return res.Stdout
 }
 
 // outputOf is what p wrote to its stdout so far.
