@@ -20,28 +20,23 @@ import (
 // the sandbox running. (A tmpfs of 64 KiB stands for the full disk: root
 // mounts it.)
 func TestCheckpointDiskFull(t *testing.T) {
-	env, backends := checkpointRig(t)
+	env := checkpointRig(t)
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small tmpfs needs root")
 	}
-	for name, h := range backends {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			dir := filepath.Join(checkpointDir(t), "full")
-			require.NoError(t, os.Mkdir(dir, 0o700))
-			require.NoError(t, syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"))
-			t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-			v, p := warmVM(ctx, t, env, h(false))
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := filepath.Join(checkpointDir(t), "full")
+		require.NoError(t, os.Mkdir(dir, 0o700))
+		require.NoError(t, syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"))
+		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		v, p := warmVM(ctx, t, env, h(false))
 
-			_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-			t.Logf("TakeCheckpoint: %v", err)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "the error says the disk is full: %v", err)
-			entries, _ := os.ReadDir(dir)
-			assert.Empty(t, entries, "nothing half-written")
-			stillRuns(ctx, t, v, p, 0)
-		})
-	}
+		_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+		t.Logf("TakeCheckpoint: %v", err)
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "the error says the disk is full: %v", err)
+		entries, _ := os.ReadDir(dir)
+		assert.Empty(t, entries, "nothing half-written")
+		stillRuns(ctx, t, v, p, 0)
+	})
 }

@@ -1,9 +1,12 @@
 package vm_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,13 +26,103 @@ import (
 // returned.
 
 // checkpointRig skips t where checkpoints do not work, and returns the
-// backends to test.
-func checkpointRig(t *testing.T) (podmantest.Env, map[string]func(bool) vmHarness) {
+// Podman service's environment.
+func checkpointRig(t *testing.T) podmantest.Env {
 	env := podmantest.Need(t)
 	if os.Getenv("PODVM_SERVER") != "podman5" {
 		t.Skip("checkpoints work on the Podman 5.4 rig alone (PODVM_SERVER=podman5); TestCheckpointRestore shows the refusal here")
 	}
-	return env, map[string]func(bool) vmHarness{"api": apiNew(env), "cli": cliNew(env)}
+	noTraces(t, env)
+	return env
+}
+
+// noTraces checks, once t and its subtests are done (their sandboxes and
+// copies removed), that the service keeps nothing of a container it no
+// longer has: no conmon watching it, no mount of its (the shm of its
+// userdata), and no image but those it had when t began. Conmons are
+// the processes of this machine; the mounts are the service's, in the
+// mount namespace of the rig's service (service.pid beside its socket).
+func noTraces(t *testing.T, env podmantest.Env) {
+	ctx := context.Background()
+	images := podman(ctx, t, env, "images", "-a", "-q", "--no-trunc")
+	t.Cleanup(func() {
+		var left []string
+		ok := assert.Eventually(t, func() bool {
+			left = nil
+			traces := containerTraces(t, env) // before the list: a container made meanwhile is in it
+			live := map[string]bool{}
+			for _, id := range strings.Fields(podman(ctx, t, env, "ps", "-a", "-q", "--no-trunc")) {
+				live[id] = true
+			}
+			for id, where := range traces {
+				if !live[id] {
+					left = append(left, id[:12]+": "+where)
+				}
+			}
+			return len(left) == 0
+		}, 30*time.Second, 100*time.Millisecond)
+		if !ok {
+			t.Errorf("left of containers the service no longer has: %v", left)
+		}
+		assert.ElementsMatch(t, strings.Fields(images), strings.Fields(podman(ctx, t, env, "images", "-a", "-q", "--no-trunc")), "the service's images are those it had")
+	})
+}
+
+// containerIDRE is a container's ID in a conmon's arguments, or in the
+// path of its userdata.
+var containerIDRE = regexp.MustCompile(`(?:^|\x00)(?:-c|--cid)\x00([0-9a-f]{64})|overlay-containers/([0-9a-f]{64})/`)
+
+// containerTraces returns the containers that have a conmon on this
+// machine or a mount in the rig's service, each with where it was found.
+func containerTraces(t *testing.T, env podmantest.Env) map[string]string {
+	found := map[string]string{}
+	procs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, p := range procs {
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(b, []byte("conmon")) {
+			continue
+		}
+		for _, id := range containerIDs(b) {
+			found[id] = "conmon pid " + p.Name()
+		}
+	}
+	socket := strings.TrimPrefix(env.Host, "unix://")
+	pid, err := os.ReadFile(filepath.Join(filepath.Dir(socket), "service.pid"))
+	require.NoError(t, err, "the rig's service.pid, beside its socket")
+	mounts, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "mountinfo"))
+	require.NoError(t, err)
+	for _, id := range containerIDs(mounts) {
+		if found[id] == "" {
+			found[id] = "mounted in the service"
+		} else if !strings.HasSuffix(found[id], "mounted in the service") {
+			found[id] += ", and mounted in the service"
+		}
+	}
+	return found
+}
+
+// containerIDs returns the container IDs containerIDRE finds in b.
+func containerIDs(b []byte) []string {
+	var ids []string
+	for _, m := range containerIDRE.FindAllSubmatch(b, -1) {
+		ids = append(ids, string(m[1])+string(m[2])) // one of the two
+	}
+	return ids
+}
+
+// eachBackend runs test on the API backend and the CLI backend at once,
+// each with a ctx of its own that ends after deadline: name is the
+// backend's (for backendOf), h makes its VMs.
+func eachBackend(t *testing.T, env podmantest.Env, deadline time.Duration, test func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness)) {
+	for name, h := range map[string]func(bool) vmHarness{"api": apiNew(env), "cli": cliNew(env)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			test(ctx, t, name, h)
+		})
+	}
 }
 
 // warmVM is a created sandbox with a process held by handle that
@@ -91,164 +184,144 @@ func copiesOf(ctx context.Context, t *testing.T, env podmantest.Env, id string) 
 // its process, and so does Suspend; the sandbox runs on, and nothing is
 // written.
 func TestCheckpointUndumpable(t *testing.T) {
-	env, backends := checkpointRig(t)
-	for name, h := range backends {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			dir := checkpointDir(t)
-			v, p := warmVM(ctx, t, env, h(false))
-			nc, err := vm.Start(ctx, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "8080", "-e", "cat"}}) // busybox's: it listens on
-			require.NoError(t, err)
-			require.NoError(t, vm.WaitListening(ctx, v, "tcp", "127.0.0.1:8080"))
+	env := checkpointRig(t)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		v, p := warmVM(ctx, t, env, h(false))
+		nc, err := vm.Start(ctx, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "8080", "-e", "cat"}}) // busybox's: it listens on
+		require.NoError(t, err)
+		require.NoError(t, vm.WaitListening(ctx, v, "tcp", "127.0.0.1:8080"))
 
-			_, err = vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-			t.Logf("TakeCheckpoint: %v", err)
-			require.ErrorIs(t, err, vm.ErrPodman)
-			assert.ErrorContains(t, err, fmt.Sprintf("pid %d (nc) listening on", nc.PID()), "the error names the process and its socket")
-			stillRuns(ctx, t, v, p, 0)
-			onlyWhole(t, dir)
-			entries, _ := os.ReadDir(dir)
-			assert.Empty(t, entries)
+		_, err = vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+		t.Logf("TakeCheckpoint: %v", err)
+		require.ErrorIs(t, err, vm.ErrPodman)
+		assert.ErrorContains(t, err, fmt.Sprintf("pid %d (nc) listening on", nc.PID()), "the error names the process and its socket")
+		stillRuns(ctx, t, v, p, 0)
+		onlyWhole(t, dir)
+		entries, _ := os.ReadDir(dir)
+		assert.Empty(t, entries)
 
-			err = vm.Suspend(ctx, v)
-			t.Logf("Suspend: %v", err)
-			require.ErrorIs(t, err, vm.ErrPodman)
-			assert.ErrorContains(t, err, "(nc) listening on")
-			stillRuns(ctx, t, v, p, 1)
+		err = vm.Suspend(ctx, v)
+		t.Logf("Suspend: %v", err)
+		require.ErrorIs(t, err, vm.ErrPodman)
+		assert.ErrorContains(t, err, "(nc) listening on")
+		stillRuns(ctx, t, v, p, 1)
 
-			require.NoError(t, nc.Kill())
-			_, _ = nc.Wait(ctx)
-			cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-			require.NoError(t, err, "once the socket is closed")
-			assert.FileExists(t, cp.Path)
-		})
-	}
+		require.NoError(t, nc.Kill())
+		_, _ = nc.Wait(ctx)
+		cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+		require.NoError(t, err, "once the socket is closed")
+		assert.FileExists(t, cp.Path)
+	})
 }
 
 // ctx ending at any point of a checkpoint or a restore leaves the
 // sandbox running as it was, whole checkpoints alone, and no container
 // but the copies returned.
 func TestCheckpointCancelled(t *testing.T) {
-	env, backends := checkpointRig(t)
-	for name, h := range backends {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			dir := checkpointDir(t)
-			v, p := warmVM(ctx, t, env, h(false))
-			var cp *vm.Checkpoint
-			n := 0
-			for _, d := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second} {
-				cctx, ccancel := context.WithTimeout(ctx, d)
-				got, err := vm.TakeCheckpoint(cctx, v, vm.CheckpointOptions{Dir: dir})
-				ccancel()
-				t.Logf("TakeCheckpoint within %v: %v", d, err)
-				if err != nil {
-					require.ErrorIs(t, err, context.DeadlineExceeded)
-				} else {
-					cp = got
-				}
-				stillRuns(ctx, t, v, p, n)
-				n++
-				onlyWhole(t, dir)
+	env := checkpointRig(t)
+	eachBackend(t, env, 5*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		v, p := warmVM(ctx, t, env, h(false))
+		var cp *vm.Checkpoint
+		n := 0
+		for _, d := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second} {
+			cctx, ccancel := context.WithTimeout(ctx, d)
+			got, err := vm.TakeCheckpoint(cctx, v, vm.CheckpointOptions{Dir: dir})
+			ccancel()
+			t.Logf("TakeCheckpoint within %v: %v", d, err)
+			if err != nil {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			} else {
+				cp = got
 			}
-			if cp == nil {
-				var err error
-				cp, err = vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-				require.NoError(t, err)
-			}
-			var made []vm.VM
-			for _, d := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second} {
-				cctx, ccancel := context.WithTimeout(ctx, d)
-				c, err := vm.Restore(cctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
-				ccancel()
-				t.Logf("Restore within %v: %v", d, err)
-				if err != nil {
-					require.ErrorIs(t, err, context.DeadlineExceeded)
-					continue
-				}
-				made = append(made, c)
-				t.Cleanup(func() { assert.NoError(t, c.Remove(context.Background())) })
-				res, err := c.Run(ctx, exec.Command{Name: "echo", Args: []string{"copy"}})
-				require.NoError(t, err)
-				assert.Equal(t, "copy\n", res.Stdout)
-			}
-			var want []string
-			for _, c := range made {
-				want = append(want, c.ID())
-			}
-			assert.ElementsMatch(t, want, copiesOf(ctx, t, env, cp.ID), "no container but the copies returned")
+			stillRuns(ctx, t, v, p, n)
+			n++
 			onlyWhole(t, dir)
-		})
-	}
+		}
+		if cp == nil {
+			var err error
+			cp, err = vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+			require.NoError(t, err)
+		}
+		var made []vm.VM
+		for _, d := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second} {
+			cctx, ccancel := context.WithTimeout(ctx, d)
+			c, err := vm.Restore(cctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
+			ccancel()
+			t.Logf("Restore within %v: %v", d, err)
+			if err != nil {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				continue
+			}
+			made = append(made, c)
+			t.Cleanup(func() { assert.NoError(t, c.Remove(context.Background())) })
+			res, err := c.Run(ctx, exec.Command{Name: "echo", Args: []string{"copy"}})
+			require.NoError(t, err)
+			assert.Equal(t, "copy\n", res.Stdout)
+		}
+		var want []string
+		for _, c := range made {
+			want = append(want, c.ID())
+		}
+		assert.ElementsMatch(t, want, copiesOf(ctx, t, env, cp.ID), "no container but the copies returned")
+		onlyWhole(t, dir)
+	})
 }
 
 // A sandbox removed while its checkpoint is taken: Remove waits for the
 // checkpoint, which is whole, or the checkpoint finds it removed; either
 // way nothing is left of the sandbox, and no half-written file.
 func TestCheckpointRemovedDuring(t *testing.T) {
-	env, backends := checkpointRig(t)
-	for name, h := range backends {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			dir := checkpointDir(t)
-			for _, after := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond} {
-				v, _ := warmVM(ctx, t, env, h(false))
-				id := v.ID()
-				done := make(chan error, 1)
-				go func() {
-					_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-					done <- err
-				}()
-				time.Sleep(after)
-				require.NoError(t, v.Remove(ctx))
-				err := <-done
-				t.Logf("removed after %v: TakeCheckpoint: %v", after, err)
-				if err != nil {
-					require.ErrorIs(t, err, vm.ErrRemoved)
-				}
-				assert.Empty(t, strings.TrimSpace(podman(ctx, t, env, "ps", "-a", "-q", "--filter", "id="+id)))
-				onlyWhole(t, dir)
+	env := checkpointRig(t)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		for _, after := range []time.Duration{0, 50 * time.Millisecond, 200 * time.Millisecond} {
+			v, _ := warmVM(ctx, t, env, h(false))
+			id := v.ID()
+			done := make(chan error, 1)
+			go func() {
+				_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+				done <- err
+			}()
+			time.Sleep(after)
+			require.NoError(t, v.Remove(ctx))
+			err := <-done
+			t.Logf("removed after %v: TakeCheckpoint: %v", after, err)
+			if err != nil {
+				require.ErrorIs(t, err, vm.ErrRemoved)
 			}
-		})
-	}
+			assert.Empty(t, strings.TrimSpace(podman(ctx, t, env, "ps", "-a", "-q", "--filter", "id="+id)))
+			onlyWhole(t, dir)
+		}
+	})
 }
 
 // A checkpoint whose image the service no longer has is not restored,
 // and nothing is made: the archive holds the sandbox's layer on top of
 // that image, exactly, which a pull could not promise.
 func TestRestoreImageGone(t *testing.T) {
-	env, backends := checkpointRig(t)
-	for name, h := range backends {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			dir := checkpointDir(t)
-			image := "localhost/podvm-ckpt-gone:" + name + fmt.Sprint(time.Now().UnixNano())
-			podman(ctx, t, env, "tag", env.Image, image)
-			cfg := vm.Config{Image: image, Pull: vm.PullNever}
-			if env.PidsUnenforced {
-				cfg.Pids = vm.NoPidsLimit
-			}
-			v, err := h(false)(cfg)
-			require.NoError(t, err)
-			require.NoError(t, v.Create(ctx))
-			cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Remove: true})
-			require.NoError(t, err)
-			assert.Equal(t, image, cp.Image)
-			podman(ctx, t, env, "rmi", image) // untags: the test image keeps its other name
+	env := checkpointRig(t)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		image := "localhost/podvm-ckpt-gone:" + name + fmt.Sprint(time.Now().UnixNano())
+		podman(ctx, t, env, "tag", env.Image, image)
+		cfg := vm.Config{Image: image, Pull: vm.PullNever}
+		if env.PidsUnenforced {
+			cfg.Pids = vm.NoPidsLimit
+		}
+		v, err := h(false)(cfg)
+		require.NoError(t, err)
+		require.NoError(t, v.Create(ctx))
+		cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Remove: true})
+		require.NoError(t, err)
+		assert.Equal(t, image, cp.Image)
+		podman(ctx, t, env, "rmi", image) // untags: the test image keeps its other name
 
-			_, err = vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
-			t.Logf("Restore: %v", err)
-			require.ErrorIs(t, err, vm.ErrImageNotFound)
-			assert.ErrorContains(t, err, image)
-			assert.Empty(t, copiesOf(ctx, t, env, cp.ID))
-		})
-	}
+		_, err = vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
+		t.Logf("Restore: %v", err)
+		require.ErrorIs(t, err, vm.ErrImageNotFound)
+		assert.ErrorContains(t, err, image)
+		assert.Empty(t, copiesOf(ctx, t, env, cp.ID))
+	})
 }

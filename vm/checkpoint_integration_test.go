@@ -70,60 +70,55 @@ func TestCheckpointSupport(t *testing.T) {
 func TestSuspendResume(t *testing.T) {
 	env := podmantest.Need(t)
 	rig := os.Getenv("PODVM_SERVER") == "podman5"
-	for name, h := range map[string]func(bool) vmHarness{"api": apiNew(env), "cli": cliNew(env)} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			v := testVM(t, env, h(false))
-			require.NoError(t, v.Create(ctx))
-			require.NoError(t, vm.WriteFile(ctx, v, "/tmp/state", []byte("kept"), 0o600))
-			p, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", "while read l; do echo got $l; done"}})
-			require.NoError(t, err)
-			out := func() string { _, b := p.Stdout().Bytes(); return string(b) }
-			_, err = p.Stdin().Write([]byte("one\n"))
-			require.NoError(t, err)
-			require.Eventually(t, func() bool { return out() == "got one\n" }, 30*time.Second, 10*time.Millisecond)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		v := testVM(t, env, h(false))
+		require.NoError(t, v.Create(ctx))
+		require.NoError(t, vm.WriteFile(ctx, v, "/tmp/state", []byte("kept"), 0o600))
+		p, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", "while read l; do echo got $l; done"}})
+		require.NoError(t, err)
+		out := func() string { _, b := p.Stdout().Bytes(); return string(b) }
+		_, err = p.Stdin().Write([]byte("one\n"))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return out() == "got one\n" }, 30*time.Second, 10*time.Millisecond)
 
-			if !rig {
-				err := vm.Suspend(ctx, v)
-				t.Logf("Suspend: %v", err)
-				require.ErrorIs(t, err, vm.ErrNotSupported)
-				assert.ErrorContains(t, err, "checkpoints: the Podman service", "the engine's reason")
-				res, err := v.Run(ctx, exec.Command{Name: "cat", Args: []string{"/tmp/state"}})
-				require.NoError(t, err, "nothing changed")
-				assert.Equal(t, "kept", res.Stdout)
-				return
-			}
-			late := runLate(ctx, t, v)
-			require.NoError(t, vm.Suspend(ctx, v))
-			require.NoError(t, vm.Suspend(ctx, v), "again: nothing to do")
-			_, err = v.Run(ctx, exec.Command{Name: "true"})
-			require.ErrorIs(t, err, vm.ErrSuspended)
-			_, err = vm.ReadFile(ctx, v, "/tmp/state", 100)
-			require.ErrorIs(t, err, vm.ErrSuspended)
-			assert.Equal(t, "exited", strings.TrimSpace(podman(ctx, t, env, "inspect", "--format", "{{.State.Status}}", v.ID())), "its memory freed")
-			time.Sleep(1500 * time.Millisecond) // the Run's sleep would have ended by now
+		if !rig {
+			err := vm.Suspend(ctx, v)
+			t.Logf("Suspend: %v", err)
+			require.ErrorIs(t, err, vm.ErrNotSupported)
+			assert.ErrorContains(t, err, "checkpoints: the Podman service", "the engine's reason")
+			res, err := v.Run(ctx, exec.Command{Name: "cat", Args: []string{"/tmp/state"}})
+			require.NoError(t, err, "nothing changed")
+			assert.Equal(t, "kept", res.Stdout)
+			return
+		}
+		late := runLate(ctx, t, v)
+		require.NoError(t, vm.Suspend(ctx, v))
+		require.NoError(t, vm.Suspend(ctx, v), "again: nothing to do")
+		_, err = v.Run(ctx, exec.Command{Name: "true"})
+		require.ErrorIs(t, err, vm.ErrSuspended)
+		_, err = vm.ReadFile(ctx, v, "/tmp/state", 100)
+		require.ErrorIs(t, err, vm.ErrSuspended)
+		assert.Equal(t, "exited", strings.TrimSpace(podman(ctx, t, env, "inspect", "--format", "{{.State.Status}}", v.ID())), "its memory freed")
+		time.Sleep(1500 * time.Millisecond) // the Run's sleep would have ended by now
 
-			require.NoError(t, vm.Resume(ctx, v))
-			require.NoError(t, vm.Resume(ctx, v), "again: nothing to do")
-			late(t, "the Run in flight went on after Resume")
-			_, err = p.Stdin().Write([]byte("two\n"))
-			require.NoError(t, err)
-			require.Eventually(t, func() bool { return out() == "got one\ngot two\n" }, 30*time.Second, 10*time.Millisecond, "the same handle")
-			b, err := vm.ReadFile(ctx, v, "/tmp/state", 100)
-			require.NoError(t, err)
-			assert.Equal(t, "kept", string(b))
+		require.NoError(t, vm.Resume(ctx, v))
+		require.NoError(t, vm.Resume(ctx, v), "again: nothing to do")
+		late(t, "the Run in flight went on after Resume")
+		_, err = p.Stdin().Write([]byte("two\n"))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return out() == "got one\ngot two\n" }, 30*time.Second, 10*time.Millisecond, "the same handle")
+		b, err := vm.ReadFile(ctx, v, "/tmp/state", 100)
+		require.NoError(t, err)
+		assert.Equal(t, "kept", string(b))
 
-			// Suspended, it is removed as any other, its checkpoint with it.
-			require.NoError(t, vm.Suspend(ctx, v))
-			id := v.ID()
-			require.NoError(t, v.Remove(ctx))
-			_, err = p.Wait(ctx)
-			assert.Error(t, err, "the held process ended with its sandbox")
-			assert.Empty(t, strings.TrimSpace(podman(ctx, t, env, "ps", "-a", "-q", "--filter", "id="+id)))
-		})
-	}
+		// Suspended, it is removed as any other, its checkpoint with it.
+		require.NoError(t, vm.Suspend(ctx, v))
+		id := v.ID()
+		require.NoError(t, v.Remove(ctx))
+		_, err = p.Wait(ctx)
+		assert.Error(t, err, "the held process ended with its sandbox")
+		assert.Empty(t, strings.TrimSpace(podman(ctx, t, env, "ps", "-a", "-q", "--filter", "id="+id)))
+	})
 }
 
 // testVM returns a VM of the test image made by h, not created, removed
@@ -154,120 +149,115 @@ func testVM(t *testing.T, env podmantest.Env, h vmHarness) vm.VM {
 func TestCheckpointRestore(t *testing.T) {
 	env := podmantest.Need(t)
 	rig := os.Getenv("PODVM_SERVER") == "podman5"
-	for name, h := range map[string]func(bool) vmHarness{"api": apiNew(env), "cli": cliNew(env)} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			dir := checkpointDir(t)
-			v := testVM(t, env, h(false))
-			require.NoError(t, v.Create(ctx))
-			require.NoError(t, vm.WriteFile(ctx, v, "/tmp/state", []byte("kept"), 0o600))
-			// A warm process: what it counted, and its generator's state,
-			// are in its memory alone.
-			p, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", `RANDOM=42; n=0; while read l; do n=$((n+1)); echo "$n $l $RANDOM"; done`}})
-			require.NoError(t, err)
-			_, err = p.Stdin().Write([]byte("a\n"))
-			require.NoError(t, err)
-			require.Eventually(t, func() bool { return strings.HasPrefix(outputOf(p), "1 a ") }, 30*time.Second, 10*time.Millisecond)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		v := testVM(t, env, h(false))
+		require.NoError(t, v.Create(ctx))
+		require.NoError(t, vm.WriteFile(ctx, v, "/tmp/state", []byte("kept"), 0o600))
+		// A warm process: what it counted, and its generator's state,
+		// are in its memory alone.
+		p, err := vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", `RANDOM=42; n=0; while read l; do n=$((n+1)); echo "$n $l $RANDOM"; done`}})
+		require.NoError(t, err)
+		_, err = p.Stdin().Write([]byte("a\n"))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return strings.HasPrefix(outputOf(p), "1 a ") }, 30*time.Second, 10*time.Millisecond)
 
-			if !rig {
-				_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-				t.Logf("TakeCheckpoint: %v", err)
-				require.ErrorIs(t, err, vm.ErrNotSupported)
-				assert.ErrorContains(t, err, "checkpoints: the Podman service", "the engine's reason")
-				entries, _ := os.ReadDir(dir)
-				assert.Empty(t, entries, "nothing written")
-				return
-			}
-			hostname := outputOfRun(ctx, t, v, "hostname")
-			late := runLate(ctx, t, v)
-			taken := time.Now().Unix()
-			cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Labels: map[string]string{"test": t.Name()}})
-			require.NoError(t, err)
-			assert.Equal(t, v.ID(), cp.Source)
-			assert.Equal(t, env.Image, cp.Image)
-			assert.Equal(t, "true", cp.Labels[vm.LabelCheckpoint])
-			assert.Equal(t, t.Name(), cp.Labels["test"])
-			fi, err := os.Stat(cp.Path)
-			require.NoError(t, err)
-			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the archive is the caller's alone")
-			assert.Equal(t, fi.Size(), cp.Size)
-
-			late(t, "the Run in flight ended in the original")
-			_, err = p.Stdin().Write([]byte("b\n"))
-			require.NoError(t, err)
-			require.Eventually(t, func() bool { return strings.Count(outputOf(p), "\n") == 2 }, 30*time.Second, 10*time.Millisecond, "the original goes on")
-			want := strings.SplitAfter(outputOf(p), "\n")[1] // "2 b N": N its generator's next number
-
-			copies := make([]vm.VM, 2)
-			errs := make(chan error, len(copies))
-			for i := range copies {
-				go func() {
-					c, err := vm.Restore(ctx, cp, vm.RestoreOptions{Labels: map[string]string{"copy": fmt.Sprint(i)}}, backendOf(env, name)...)
-					if err == nil {
-						copies[i] = c
-						t.Cleanup(func() { assert.NoError(t, c.Remove(context.Background())) })
-					}
-					errs <- err
-				}()
-			}
-			for range copies {
-				require.NoError(t, <-errs)
-			}
-			ids := map[string]bool{v.ID(): true}
-			for i, c := range copies {
-				ids[c.ID()] = true
-				labels := podman(ctx, t, env, "inspect", "--format", "{{json .Config.Labels}}", c.ID())
-				assert.Contains(t, labels, fmt.Sprintf(`"%s":"%s"`, vm.LabelRestoredFrom, cp.ID))
-				assert.Contains(t, labels, fmt.Sprintf(`"copy":"%d"`, i))
-				procs := vm.Processes(c)
-				require.Len(t, procs, 1, "the held process, adopted")
-				assert.Equal(t, p.PID(), procs[0].PID())
-				_, err = procs[0].Stdin().Write([]byte("b\n"))
-				require.NoError(t, err)
-				require.Eventually(t, func() bool { return outputOf(procs[0]) == want }, 30*time.Second, 10*time.Millisecond,
-					"the copy goes on from the checkpoint: its counter, and its generator's next number, the original's")
-				b, err := vm.ReadFile(ctx, c, "/tmp/state", 100)
-				require.NoError(t, err)
-				assert.Equal(t, "kept", string(b))
-				res, err := c.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "ps -o args | grep -c '[s]leep 1' || true"}})
-				require.NoError(t, err)
-				assert.Equal(t, "0\n", res.Stdout, "the Run in flight is the original's: gone from the copy")
-				assert.Equal(t, hostname, outputOfRun(ctx, t, c, "hostname"), "the hostname is the source's")
-				now, err := strconv.ParseInt(strings.TrimSpace(outputOfRun(ctx, t, c, "date", "+%s")), 10, 64)
-				require.NoError(t, err)
-				assert.True(t, now >= taken && now <= time.Now().Unix()+1, "the copy's clock is the host's, not the checkpoint's: %d, taken at %d", now, taken)
-				require.NoError(t, vm.WriteFile(ctx, c, "/tmp/copy", []byte(fmt.Sprint(i)), 0o600))
-			}
-			assert.Len(t, ids, 3, "each copy is a container of its own")
-			// No copy reaches another's channel, or the original's: each
-			// held process heard its own input alone, and each sandbox
-			// has its own files.
-			assert.Equal(t, 2, strings.Count(outputOf(p), "\n"), "the original's process heard nothing of the copies'")
-			for i, c := range copies {
-				assert.Equal(t, want, outputOf(vm.Processes(c)[0]), "copy %d's process heard its own input alone", i)
-				b, err := vm.ReadFile(ctx, c, "/tmp/copy", 100)
-				require.NoError(t, err)
-				assert.Equal(t, fmt.Sprint(i), string(b), "copy %d's files are its own", i)
-			}
-			_, err = vm.ReadFile(ctx, v, "/tmp/copy", 100)
-			assert.ErrorIs(t, err, fs.ErrNotExist, "the original's files are its own")
-
-			list, err := vm.ListCheckpoints(ctx, vm.WithCheckpointDir(dir), vm.WithLabel("test", t.Name()))
-			require.NoError(t, err)
-			require.Len(t, list, 1)
-			assert.Equal(t, cp.ID, list[0].ID)
-			opened, err := vm.OpenCheckpoint(cp.ID, vm.WithCheckpointDir(dir))
-			require.NoError(t, err)
-			assert.Equal(t, cp.Path, opened.Path)
-			require.NoError(t, vm.RemoveCheckpoint(ctx, cp.ID, vm.WithCheckpointDir(dir)))
+		if !rig {
+			_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+			t.Logf("TakeCheckpoint: %v", err)
+			require.ErrorIs(t, err, vm.ErrNotSupported)
+			assert.ErrorContains(t, err, "checkpoints: the Podman service", "the engine's reason")
 			entries, _ := os.ReadDir(dir)
-			assert.Empty(t, entries, "nothing of it is left")
-			_, err = vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
-			require.ErrorIs(t, err, vm.ErrCheckpointNotFound)
-		})
-	}
+			assert.Empty(t, entries, "nothing written")
+			return
+		}
+		hostname := outputOfRun(ctx, t, v, "hostname")
+		late := runLate(ctx, t, v)
+		taken := time.Now().Unix()
+		cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Labels: map[string]string{"test": t.Name()}})
+		require.NoError(t, err)
+		assert.Equal(t, v.ID(), cp.Source)
+		assert.Equal(t, env.Image, cp.Image)
+		assert.Equal(t, "true", cp.Labels[vm.LabelCheckpoint])
+		assert.Equal(t, t.Name(), cp.Labels["test"])
+		fi, err := os.Stat(cp.Path)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the archive is the caller's alone")
+		assert.Equal(t, fi.Size(), cp.Size)
+
+		late(t, "the Run in flight ended in the original")
+		_, err = p.Stdin().Write([]byte("b\n"))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return strings.Count(outputOf(p), "\n") == 2 }, 30*time.Second, 10*time.Millisecond, "the original goes on")
+		want := strings.SplitAfter(outputOf(p), "\n")[1] // "2 b N": N its generator's next number
+
+		copies := make([]vm.VM, 2)
+		errs := make(chan error, len(copies))
+		for i := range copies {
+			go func() {
+				c, err := vm.Restore(ctx, cp, vm.RestoreOptions{Labels: map[string]string{"copy": fmt.Sprint(i)}}, backendOf(env, name)...)
+				if err == nil {
+					copies[i] = c
+					t.Cleanup(func() { assert.NoError(t, c.Remove(context.Background())) })
+				}
+				errs <- err
+			}()
+		}
+		for range copies {
+			require.NoError(t, <-errs)
+		}
+		ids := map[string]bool{v.ID(): true}
+		for i, c := range copies {
+			ids[c.ID()] = true
+			labels := podman(ctx, t, env, "inspect", "--format", "{{json .Config.Labels}}", c.ID())
+			assert.Contains(t, labels, fmt.Sprintf(`"%s":"%s"`, vm.LabelRestoredFrom, cp.ID))
+			assert.Contains(t, labels, fmt.Sprintf(`"copy":"%d"`, i))
+			procs := vm.Processes(c)
+			require.Len(t, procs, 1, "the held process, adopted")
+			assert.Equal(t, p.PID(), procs[0].PID())
+			_, err = procs[0].Stdin().Write([]byte("b\n"))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return outputOf(procs[0]) == want }, 30*time.Second, 10*time.Millisecond,
+				"the copy goes on from the checkpoint: its counter, and its generator's next number, the original's")
+			b, err := vm.ReadFile(ctx, c, "/tmp/state", 100)
+			require.NoError(t, err)
+			assert.Equal(t, "kept", string(b))
+			res, err := c.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", "ps -o args | grep -c '[s]leep 1' || true"}})
+			require.NoError(t, err)
+			assert.Equal(t, "0\n", res.Stdout, "the Run in flight is the original's: gone from the copy")
+			assert.Equal(t, hostname, outputOfRun(ctx, t, c, "hostname"), "the hostname is the source's")
+			now, err := strconv.ParseInt(strings.TrimSpace(outputOfRun(ctx, t, c, "date", "+%s")), 10, 64)
+			require.NoError(t, err)
+			assert.True(t, now >= taken && now <= time.Now().Unix()+1, "the copy's clock is the host's, not the checkpoint's: %d, taken at %d", now, taken)
+			require.NoError(t, vm.WriteFile(ctx, c, "/tmp/copy", []byte(fmt.Sprint(i)), 0o600))
+		}
+		assert.Len(t, ids, 3, "each copy is a container of its own")
+		// No copy reaches another's channel, or the original's: each
+		// held process heard its own input alone, and each sandbox
+		// has its own files.
+		assert.Equal(t, 2, strings.Count(outputOf(p), "\n"), "the original's process heard nothing of the copies'")
+		for i, c := range copies {
+			assert.Equal(t, want, outputOf(vm.Processes(c)[0]), "copy %d's process heard its own input alone", i)
+			b, err := vm.ReadFile(ctx, c, "/tmp/copy", 100)
+			require.NoError(t, err)
+			assert.Equal(t, fmt.Sprint(i), string(b), "copy %d's files are its own", i)
+		}
+		_, err = vm.ReadFile(ctx, v, "/tmp/copy", 100)
+		assert.ErrorIs(t, err, fs.ErrNotExist, "the original's files are its own")
+
+		list, err := vm.ListCheckpoints(ctx, vm.WithCheckpointDir(dir), vm.WithLabel("test", t.Name()))
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		assert.Equal(t, cp.ID, list[0].ID)
+		opened, err := vm.OpenCheckpoint(cp.ID, vm.WithCheckpointDir(dir))
+		require.NoError(t, err)
+		assert.Equal(t, cp.Path, opened.Path)
+		require.NoError(t, vm.RemoveCheckpoint(ctx, cp.ID, vm.WithCheckpointDir(dir)))
+		entries, _ := os.ReadDir(dir)
+		assert.Empty(t, entries, "nothing of it is left")
+		_, err = vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
+		require.ErrorIs(t, err, vm.ErrCheckpointNotFound)
+	})
 }
 
 // runLate starts a Run in v that ends a second later, saying "late",
