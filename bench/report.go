@@ -183,6 +183,18 @@ func (b *bench) reportLifecycle(w io.Writer) {
 func reportP50(w io.Writer, caption string, ss []*series, base, baseLabel string) {
 	fmt.Fprintf(w, "\n%s %s\n\n", caption, runs(ss))
 	ref := find(ss, base)
+	if ref == nil { // nothing to compare with: no column for it
+		fmt.Fprintln(w, "| how | p50 | p90 | failures |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|")
+		for _, s := range ss {
+			if !s.ok() {
+				fmt.Fprintf(w, "| %s | %s | | %s |\n", s.name, skipped(s), failures(s))
+				continue
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", s.name, ms(s.p50()), ms(s.p90()), failures(s))
+		}
+		return
+	}
 	fmt.Fprintf(w, "| how | p50 | p90 | p50 vs %s | failures |\n", baseLabel)
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|")
 	for _, s := range ss {
