@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -323,5 +324,56 @@ func TestRestoreImageGone(t *testing.T) {
 		require.ErrorIs(t, err, vm.ErrImageNotFound)
 		assert.ErrorContains(t, err, image)
 		assert.Empty(t, copiesOf(ctx, t, env, cp.ID))
+	})
+}
+
+// A checkpoint with Remove stops the sandbox at its instant: nothing its
+// processes do after it is done but by the copies. A process numbers the
+// lines it appends to a file of a bind mount, which the copy shares; had
+// the original run on between the dump and its removal, the copy would
+// write numbers the original had written already.
+func TestCheckpointRemoveStops(t *testing.T) {
+	env := checkpointRig(t)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		shared, err := os.MkdirTemp(cmp.Or(os.Getenv("PODVM_TEST_MOUNT_DIR"), os.TempDir()), "seq-")
+		require.NoError(t, err)
+		t.Cleanup(func() { os.RemoveAll(shared) })
+		require.NoError(t, os.Chmod(shared, 0o777))
+		cfg := vm.Config{Image: env.Image, Checkpointable: true, Mounts: []vm.Mount{{Source: shared, Target: "/shared"}}}
+		if env.PidsUnenforced {
+			cfg.Pids = vm.NoPidsLimit
+		}
+		v, err := h(false)(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, v.Remove(context.Background())) })
+		require.NoError(t, v.Create(ctx))
+		_, err = vm.Start(ctx, v, exec.Command{Name: "sh", Args: []string{"-c", `i=0; while :; do i=$((i+1)); echo $i >>/shared/seq; usleep 500; done`}})
+		require.NoError(t, err)
+		seq := filepath.Join(shared, "seq")
+		require.Eventually(t, func() bool { b, _ := os.ReadFile(seq); return len(b) > 100 }, 30*time.Second, 10*time.Millisecond)
+
+		cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Remove: true})
+		require.NoError(t, err)
+		_, err = v.Run(ctx, exec.Command{Name: "true"})
+		require.ErrorIs(t, err, vm.ErrRemoved)
+		before, err := os.ReadFile(seq)
+		require.NoError(t, err)
+
+		c, err := vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, c.Remove(context.Background())) })
+		require.Eventually(t, func() bool { b, _ := os.ReadFile(seq); return len(b) > len(before)+100 }, 30*time.Second, 10*time.Millisecond, "the copy goes on writing")
+		b, err := os.ReadFile(seq)
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		var twice []string
+		for _, n := range strings.Fields(string(b)) {
+			if seen[n] {
+				twice = append(twice, n)
+			}
+			seen[n] = true
+		}
+		assert.Empty(t, twice, "numbers written by both the original, after the checkpoint, and the copy")
 	})
 }

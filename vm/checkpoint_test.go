@@ -38,8 +38,10 @@ func (r *refusing) Resume(context.Context, string) error  { panic("no probe") }
 func (r *refusing) AttachRunning(context.Context, string) (io.ReadWriteCloser, error) {
 	panic("no probe")
 }
-func (r *refusing) Export(context.Context, string, string) error   { panic("no probe") }
-func (r *refusing) Import(context.Context, string) (string, error) { panic("no probe") }
+func (r *refusing) Export(context.Context, string, string, bool) error { panic("no probe") }
+func (r *refusing) Import(context.Context, string) (string, error)     { panic("no probe") }
+
+var _ driver.Checkpointer = (*refusing)(nil) // else the tests find no Checkpointer, and test nothing
 
 func TestCheckpointSupportRefusals(t *testing.T) {
 	t.Parallel()

@@ -32,14 +32,17 @@ type CheckpointOptions struct {
 	Dir string
 	// Labels are added to the checkpoint's; podvm's own win.
 	Labels map[string]string
-	// Remove removes the sandbox once its checkpoint is written, as
-	// [VM.Remove] does: what it was lives on in the checkpoint alone.
-	// Its processes run on until then (the dump leaves them running):
-	// what they do after the checkpoint's instant (a write to a bind
-	// mount, a message out), its copies may do again. When the removal
-	// fails, TakeCheckpoint returns the checkpoint with the error, and
-	// Remove may be tried again. (To stop a sandbox and bring it back
-	// later on the same service, see [Suspend].)
+	// Remove stops the sandbox at the checkpoint's instant (the dump
+	// ends its processes, so that nothing they would do after it, a
+	// write to a bind mount, a message out, is done but by the copies)
+	// and removes it once its checkpoint is written, as [VM.Remove]
+	// does: what it was lives on in the checkpoint alone. Between the
+	// two it is stopped as [Suspend] leaves it; when a step after the
+	// dump fails, or the removal does, it is left so, and [Resume] or
+	// [VM.Remove] may follow (with the removal's error, TakeCheckpoint
+	// returns the checkpoint). A failed dump leaves it running, as
+	// without Remove. (To stop a sandbox and bring it back later on the
+	// same service, see [Suspend].)
 	Remove bool
 }
 
@@ -108,14 +111,23 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	}
 	partial := filepath.Join(dir, spoolName(m.ID, "partial"))
 	defer os.Remove(partial) // renamed once whole
-	held, _, err := s.frozenDump(ctx, st, "checkpoint", false, func(ctx context.Context) error {
-		return c.Export(ctx, st.id, partial)
+	// With Remove, the dump stops the sandbox: its processes go no
+	// further than the checkpoint's instant, and it is left as Suspend
+	// leaves it until the removal.
+	held, lost, err := s.frozenDump(ctx, st, "checkpoint", opts.Remove, func(ctx context.Context) error {
+		return c.Export(ctx, st.id, partial, !opts.Remove)
 	})
 	m.NextRun, m.Processes = held.nextRun, held.processes
+	if opts.Remove && (err == nil || lost) {
+		s.setSuspended(true)
+	}
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
+		if lost {
+			return nil, fmt.Errorf("vm: checkpoint: %w (the sandbox runs, but its agent was not reached again: Remove it)", err)
+		}
 		return nil, fmt.Errorf("vm: checkpoint: %w", err)
 	}
 	info, size, err := inspectArchive(partial)

@@ -32,12 +32,14 @@ type Checkpointer interface {
 	// stream of the agent that goes on there.
 	AttachRunning(ctx context.Context, id string) (io.ReadWriteCloser, error)
 	// Export checkpoints running container id with its established TCP
-	// connections and file locks, leaving it running, and writes the
-	// archive Podman exports (an uncompressed tar) to path, a file of
-	// the caller's machine that must not exist yet; it is made mode 0600.
-	// A failed dump leaves the container running, and path absent or
+	// connections and file locks, leaving it running or, unless
+	// leaveRunning, stopping it at the dump's end (its processes run no
+	// further than the checkpoint's instant), and writes the archive
+	// Podman exports (an uncompressed tar) to path, a file of the
+	// caller's machine that must not exist yet; it is made mode 0600. A
+	// failed dump leaves the container running, and path absent or
 	// removed. The engine's own words are in the error.
-	Export(ctx context.Context, id, path string) error
+	Export(ctx context.Context, id, path string, leaveRunning bool) error
 	// Import makes and starts a container from the archive at path (one
 	// Export wrote, its config.dump possibly rewritten by package ckpt),
 	// with the ID, name and labels its config.dump holds, its established

@@ -17,7 +17,7 @@ func TestCheckpointsRefused(t *testing.T) {
 	ctx := context.Background()
 	d := &Driver{}
 	path := filepath.Join(t.TempDir(), "ckpt.tar")
-	require.ErrorIs(t, d.Export(ctx, "pod", path), driver.ErrNotSupported)
+	require.ErrorIs(t, d.Export(ctx, "pod", path, true), driver.ErrNotSupported)
 	assert.NoFileExists(t, path)
 	id, err := d.Import(ctx, path)
 	require.ErrorIs(t, err, driver.ErrNotSupported)

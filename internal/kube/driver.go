@@ -446,7 +446,7 @@ func (d *Driver) AttachRunning(context.Context, string) (io.ReadWriteCloser, err
 }
 
 // Export implements [driver.Checkpointer]: always refused.
-func (d *Driver) Export(context.Context, string, string) error { return errCheckpoints }
+func (d *Driver) Export(context.Context, string, string, bool) error { return errCheckpoints }
 
 // Import implements [driver.Checkpointer]: always refused.
 func (d *Driver) Import(context.Context, string) (string, error) { return "", errCheckpoints }

@@ -70,7 +70,7 @@ func TestContainerExport(t *testing.T) {
 	id := strings.Repeat("a", 64)
 	cl, svc := connect(t, "5.4", libpodtest.Routes{exportRoute: raw(exportHead + chunks(false, "checkpoint/", strings.Repeat("x", 5000), "config.dump"))})
 	var w bytes.Buffer
-	require.NoError(t, cl.ContainerExport(ctx, id, &w))
+	require.NoError(t, cl.ContainerExport(ctx, id, true, &w))
 	assert.Equal(t, "checkpoint/"+strings.Repeat("x", 5000)+"config.dump", w.String())
 	r := last(t, svc, exportRoute)
 	assert.Equal(t, url.Values{"export": {"true"}, "leaveRunning": {"true"}, "tcpEstablished": {"true"}, "fileLocks": {"true"}}, r.URL.Query())
@@ -91,7 +91,7 @@ func TestContainerExportCut(t *testing.T) {
 			t.Parallel()
 			cl, _ := connect(t, "5.4", libpodtest.Routes{exportRoute: raw(exportHead + body)})
 			var w bytes.Buffer
-			err := cl.ContainerExport(context.Background(), strings.Repeat("a", 64), &w)
+			err := cl.ContainerExport(context.Background(), strings.Repeat("a", 64), true, &w)
 			le := asError(t, err)
 			assert.True(t, le.Unreachable(), "%v", err)
 			assert.Equal(t, "container export", le.Op)
@@ -104,7 +104,7 @@ func TestContainerExportWriteError(t *testing.T) {
 	t.Parallel()
 	cl, _ := connect(t, "5.4", libpodtest.Routes{exportRoute: raw(exportHead + chunks(false, "checkpoint/"))})
 	werr := fmt.Errorf("disk full")
-	err := cl.ContainerExport(context.Background(), strings.Repeat("a", 64), failWriter{werr})
+	err := cl.ContainerExport(context.Background(), strings.Repeat("a", 64), true, failWriter{werr})
 	assert.ErrorIs(t, err, werr)
 	var le *libpod.Error
 	assert.False(t, errors.As(err, &le), "%v", err)
@@ -128,7 +128,7 @@ func TestContainerExportRefused(t *testing.T) {
 		body := fmt.Sprintf(`{"cause":%q,"message":%q,"response":%d}`, c.cause, c.msg, c.status)
 		cl, _ := connect(t, "5.4", libpodtest.Routes{exportRoute: jsonAnswer(c.status, body)})
 		var w bytes.Buffer
-		le := asError(t, cl.ContainerExport(context.Background(), strings.Repeat("a", 64), &w))
+		le := asError(t, cl.ContainerExport(context.Background(), strings.Repeat("a", 64), true, &w))
 		assert.Equal(t, c.status, le.Status)
 		assert.Equal(t, c.cause, le.Cause)
 		assert.Equal(t, c.msg, le.Message)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 )
 
 // Spec is the body of POST /containers/create: the fields of Podman's
@@ -118,15 +119,15 @@ func (c *Client) ContainerRestore(ctx context.Context, id string) error {
 
 // ContainerExport checkpoints running container id with CRIU, its
 // established TCP connections and file locks with it, leaving it
-// running, and copies the archive the service exports to w: an
+// running or stopping it (leaveRunning), and copies the archive the service exports to w: an
 // uncompressed tar (Podman's API does not compress it), sent as
 // "application/octet" once the whole dump is done. A failed dump is the
 // usual error answer, nothing written to w. An answer cut short (its
 // chunked body ends before its last chunk) is an [*Error] with Status 0;
 // an error writing to w is returned as it is.
-func (c *Client) ContainerExport(ctx context.Context, id string, w io.Writer) error {
+func (c *Client) ContainerExport(ctx context.Context, id string, leaveRunning bool, w io.Writer) error {
 	const op = "container export"
-	q := url.Values{"export": {"true"}, "leaveRunning": {"true"}, "tcpEstablished": {"true"}, "fileLocks": {"true"}}
+	q := url.Values{"export": {"true"}, "leaveRunning": {strconv.FormatBool(leaveRunning)}, "tcpEstablished": {"true"}, "fileLocks": {"true"}}
 	resp, err := c.do(ctx, request{op: op, method: http.MethodPost, path: "/containers/%s/checkpoint", args: []string{id}, query: q})
 	if err != nil {
 		return err

@@ -104,13 +104,13 @@ func containerID(op, s string) (string, error) {
 
 // Export implements [driver.Checkpointer]: the service's export, streamed
 // into path as it arrives.
-func (a API) Export(ctx context.Context, id, path string) error {
+func (a API) Export(ctx context.Context, id, path string, leaveRunning bool) error {
 	const op = "checkpoint export"
 	f, err := createArchive(path)
 	if err != nil {
 		return err
 	}
-	err = a.c.ContainerExport(ctx, id, f)
+	err = a.c.ContainerExport(ctx, id, leaveRunning, f)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = wrap(nil, op, id, cerr)
 	}
@@ -147,7 +147,7 @@ func (a API) Import(ctx context.Context, path string) (string, error) {
 // podman as podman-remote (which ignores --compress: the service's export
 // is never compressed). path is created first, mode 0600, and podman
 // writes into it: neither podman changes the mode of a file that exists.
-func (d CLI) Export(ctx context.Context, id, path string) error {
+func (d CLI) Export(ctx context.Context, id, path string, leaveRunning bool) error {
 	f, err := createArchive(path)
 	if err != nil {
 		return err
@@ -156,8 +156,11 @@ func (d CLI) Export(ctx context.Context, id, path string) error {
 		os.Remove(path)
 		return wrap(nil, "container checkpoint", id, err)
 	}
-	_, err = d.run(ctx, "container checkpoint", id, exec.Command{Args: []string{"container", "checkpoint",
-		"--export=" + path, "--compress=none", "--leave-running", "--tcp-established", "--file-locks", id}})
+	args := []string{"container", "checkpoint", "--export=" + path, "--compress=none"}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	_, err = d.run(ctx, "container checkpoint", id, exec.Command{Args: append(args, "--tcp-established", "--file-locks", id)})
 	if err != nil {
 		os.Remove(path)
 	}

@@ -64,7 +64,7 @@ func TestAPIExport(t *testing.T) {
 		t.Parallel()
 		d, svc := apiOn(t, libpodtest.Routes{exportRoute: exported("the archive", false)})
 		path := filepath.Join(t.TempDir(), "ckpt.tar")
-		require.NoError(t, d.Export(ctx, id, path))
+		require.NoError(t, d.Export(ctx, id, path, true))
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
 		assert.Equal(t, "the archive", string(b))
@@ -73,6 +73,15 @@ func TestAPIExport(t *testing.T) {
 		assert.Equal(t, fs.FileMode(0o600), st.Mode().Perm())
 		assert.Equal(t, 1, count(svc, exportRoute))
 	})
+	for _, leaveRunning := range []bool{true, false} {
+		t.Run(fmt.Sprintf("leaveRunning=%v", leaveRunning), func(t *testing.T) {
+			t.Parallel()
+			d, svc := apiOn(t, libpodtest.Routes{exportRoute: exported("the archive", false)})
+			require.NoError(t, d.Export(ctx, id, filepath.Join(t.TempDir(), "ckpt.tar"), leaveRunning))
+			r := svc.Requests()[len(svc.Requests())-1]
+			assert.Equal(t, fmt.Sprint(leaveRunning), r.URL.Query().Get("leaveRunning"), "the container is left running, or stopped")
+		})
+	}
 	for name, c := range map[string]struct {
 		h    libpodtest.Handler
 		want error
@@ -86,7 +95,7 @@ func TestAPIExport(t *testing.T) {
 			t.Parallel()
 			d, _ := apiOn(t, libpodtest.Routes{exportRoute: c.h})
 			path := filepath.Join(t.TempDir(), "ckpt.tar")
-			err := d.Export(ctx, id, path)
+			err := d.Export(ctx, id, path, true)
 			assert.ErrorIs(t, err, c.want)
 			var le *libpod.Error
 			assert.ErrorAs(t, err, &le, "the engine's words are kept")
@@ -98,7 +107,7 @@ func TestAPIExport(t *testing.T) {
 		d, svc := apiOn(t, nil)
 		path := filepath.Join(t.TempDir(), "ckpt.tar")
 		require.NoError(t, os.WriteFile(path, []byte("mine"), 0o644))
-		err := d.Export(ctx, id, path)
+		err := d.Export(ctx, id, path, true)
 		assert.ErrorIs(t, err, driver.ErrInvalidConfig)
 		assert.ErrorIs(t, err, fs.ErrExist)
 		b, _ := os.ReadFile(path)
@@ -166,13 +175,24 @@ func TestCLIExport(t *testing.T) {
 			f.Close()
 			return &exec.Result{Stdout: id + "\n"}, nil
 		})
-		require.NoError(t, d.Export(ctx, id, path))
+		require.NoError(t, d.Export(ctx, id, path, true))
 		b, err := os.ReadFile(path)
 		require.NoError(t, err)
 		assert.Equal(t, "the archive", string(b))
 		st, err := os.Stat(path)
 		require.NoError(t, err)
 		assert.Equal(t, fs.FileMode(0o600), st.Mode().Perm())
+	})
+	t.Run("stopping", func(t *testing.T) {
+		t.Parallel()
+		d, x := cliOn(t)
+		path := filepath.Join(t.TempDir(), "ckpt.tar")
+		x.EXPECT().Run(gomock.Any(), gomock.Any()).DoAndReturn(func(_ context.Context, c exec.Command) (*exec.Result, error) {
+			assert.Equal(t, []string{"container", "checkpoint", "--export=" + path, "--compress=none",
+				"--tcp-established", "--file-locks", id}, c.Args, "no --leave-running")
+			return &exec.Result{Stdout: id + "\n"}, nil
+		})
+		require.NoError(t, d.Export(ctx, id, path, false))
 	})
 	for name, c := range map[string]struct {
 		stderr string
@@ -191,7 +211,7 @@ func TestCLIExport(t *testing.T) {
 				require.NoError(t, os.WriteFile(path, []byte("half"), 0o600))
 				return &exec.Result{ExitCode: 125, Stderr: c.stderr}, nil
 			})
-			err := d.Export(ctx, id, path)
+			err := d.Export(ctx, id, path, true)
 			assert.ErrorIs(t, err, c.want)
 			var cerr *CLIError
 			require.ErrorAs(t, err, &cerr)
@@ -204,7 +224,7 @@ func TestCLIExport(t *testing.T) {
 		d, _ := cliOn(t) // podman is never run
 		path := filepath.Join(t.TempDir(), "ckpt.tar")
 		require.NoError(t, os.WriteFile(path, []byte("mine"), 0o644))
-		err := d.Export(ctx, id, path)
+		err := d.Export(ctx, id, path, true)
 		assert.ErrorIs(t, err, driver.ErrInvalidConfig)
 		assert.ErrorIs(t, err, fs.ErrExist)
 		b, _ := os.ReadFile(path)
