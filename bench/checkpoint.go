@@ -101,7 +101,7 @@ const (
 	nameCkptFork       = "8 concurrent vm.Restore"
 	nameCkptForkCLI    = "8 concurrent `podman container restore --import F --name N` (processes)"
 	nameCkptForkBind   = "bindings: 8 concurrent containers.Restore with ImportArchive and Name"
-	nameCkptRewrite    = "the archive rewrite alone: ckpt.Rewrite of the archive to a spool file, as vm.Restore does for each copy"
+	nameCkptRewrite    = "the archive rewrite alone: ckpt.Rewrite of the archive to a spool file, as vm.Restore does for each copy on the CLI backend (the API backend streams it into the import)"
 	ckptCallTimeout    = 2 * time.Minute  // one operation of the section
 	ckptComparisonTime = 15 * time.Second // a comparison's budget, at most
 )

@@ -40,9 +40,9 @@ func checkpointRig(t *testing.T) podmantest.Env {
 // noTraces checks, once t and its subtests are done (their sandboxes and
 // copies removed), that the service keeps nothing of a container it no
 // longer has: no conmon watching it, no mount of its (the shm of its
-// userdata), and no image but those it had when t began. Conmons are
-// the processes of this machine; the mounts are the service's, in the
-// mount namespace of the rig's service (service.pid beside its socket).
+// userdata), and no image but those it had when t began. The mounts are
+// those of the mount namespace of the rig's service (service.pid beside
+// its socket).
 func noTraces(t *testing.T, env podmantest.Env) {
 	ctx := context.Background()
 	images := podman(ctx, t, env, "images", "-a", "-q", "--no-trunc")
@@ -73,22 +73,25 @@ func noTraces(t *testing.T, env podmantest.Env) {
 // path of its userdata.
 var containerIDRE = regexp.MustCompile(`(?:^|\x00)(?:-c|--cid)\x00([0-9a-f]{64})|overlay-containers/([0-9a-f]{64})/`)
 
-// containerTraces returns the containers that have a conmon on this
-// machine or a mount in the rig's service, each with where it was found.
+// containerTraces returns the containers that have a conmon of the rig's
+// service or a mount in it, each with where it was found. The rig's
+// conmons name its storage, beside its socket: those of other services
+// on this machine (the project's Podman 4.3, a rootless one) do not.
 func containerTraces(t *testing.T, env podmantest.Env) map[string]string {
 	found := map[string]string{}
+	socket := strings.TrimPrefix(env.Host, "unix://")
+	rig := []byte(filepath.Dir(socket) + "/")
 	procs, err := os.ReadDir("/proc")
 	require.NoError(t, err)
 	for _, p := range procs {
 		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(b, []byte("conmon")) {
+		if err != nil || !bytes.Contains(b, []byte("conmon")) || !bytes.Contains(b, rig) {
 			continue
 		}
 		for _, id := range containerIDs(b) {
 			found[id] = "conmon pid " + p.Name()
 		}
 	}
-	socket := strings.TrimPrefix(env.Host, "unix://")
 	pid, err := os.ReadFile(filepath.Join(filepath.Dir(socket), "service.pid"))
 	require.NoError(t, err, "the rig's service.pid, beside its socket")
 	mounts, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "mountinfo"))
@@ -375,5 +378,26 @@ func TestCheckpointRemoveStops(t *testing.T) {
 			seen[n] = true
 		}
 		assert.Empty(t, twice, "numbers written by both the original, after the checkpoint, and the copy")
+	})
+}
+
+// A checkpoint whose archive was cut short (a disk that filled while it
+// was copied, say) is not restored, and nothing is made, whether the
+// copy's archive is streamed into the service (API) or spooled (CLI).
+func TestRestoreCutArchive(t *testing.T) {
+	env := checkpointRig(t)
+	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		v, _ := warmVM(ctx, t, env, h(false))
+		cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
+		require.NoError(t, err)
+		fi, err := os.Stat(cp.Path)
+		require.NoError(t, err)
+		require.NoError(t, os.Truncate(cp.Path, fi.Size()/2))
+
+		_, err = vm.Restore(ctx, cp, vm.RestoreOptions{}, backendOf(env, name)...)
+		t.Logf("Restore: %v", err)
+		require.ErrorIs(t, err, vm.ErrInvalidCheckpoint)
+		assert.Empty(t, copiesOf(ctx, t, env, cp.ID))
 	})
 }

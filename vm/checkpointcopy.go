@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -331,10 +332,22 @@ func (s *sandbox) restore(ctx context.Context, cp *Checkpoint) (err error) {
 	labels[labelToken] = s.token
 	labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	labels[LabelRestoredFrom] = cp.ID
-	spool := filepath.Join(filepath.Dir(cp.archive), spoolName(id[:24], "restore"))
-	defer os.Remove(spool)
-	if err := rewriteArchive(spool, cp.archive, ckpt.Identity{ID: id, Name: name, Labels: labels}); err != nil {
-		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+	ident := ckpt.Identity{ID: id, Name: name, Labels: labels}
+	// The copy's archive: the checkpoint's rewritten for its identity,
+	// streamed into an engine that takes it so, else spooled to a file.
+	var imp func(context.Context) (string, error)
+	if si, ok := c.(driver.StreamImporter); ok {
+		if _, _, err := inspectArchive(cp.archive); err != nil { // before anything is made
+			return fmt.Errorf("vm: restore %s: %w", cp.ID, archiveError(cp.archive, err))
+		}
+		imp = func(ctx context.Context) (string, error) { return importRewritten(ctx, si, cp.archive, ident) }
+	} else {
+		spool := filepath.Join(filepath.Dir(cp.archive), spoolName(id[:24], "restore"))
+		defer os.Remove(spool)
+		if err := rewriteArchive(spool, cp.archive, ident); err != nil {
+			return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+		}
+		imp = func(ctx context.Context) (string, error) { return c.Import(ctx, spool) }
 	}
 	s.made = true // from here on, a failure removes id
 	defer func() {
@@ -346,9 +359,7 @@ func (s *sandbox) restore(ctx context.Context, cp *Checkpoint) (err error) {
 			}
 		}
 	}()
-	got, err := finishDespiteCancel(ctx, "restore", func(ctx context.Context) (string, error) {
-		return c.Import(ctx, spool)
-	})
+	got, err := finishDespiteCancel(ctx, "restore", imp)
 	if err != nil {
 		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
 	}
@@ -408,11 +419,8 @@ func newContainerID() (string, error) {
 // for id.
 func rewriteArchive(dst, src string, id ckpt.Identity) error {
 	in, err := os.Open(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s is gone", ErrCheckpointNotFound, src)
-	}
 	if err != nil {
-		return err
+		return archiveError(src, err)
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -423,8 +431,46 @@ func rewriteArchive(dst, src string, id ckpt.Identity) error {
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if errors.Is(err, ckpt.ErrInvalid) {
-		err = fmt.Errorf("%w: %w", ErrInvalidCheckpoint, err)
+	return archiveError(src, err)
+}
+
+// importRewritten uploads the archive at src, rewritten for id as it is
+// read, to the engine's import. A rewrite that fails ends the upload
+// with its error (the engine makes nothing of a cut archive), and is the
+// error returned.
+func importRewritten(ctx context.Context, si driver.StreamImporter, src string, id ckpt.Identity) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", archiveError(src, err)
+	}
+	defer in.Close()
+	pr, pw := io.Pipe()
+	rewritten := make(chan error, 1)
+	go func() {
+		err := ckpt.Rewrite(pw, in, id)
+		pw.CloseWithError(err) // nil: the upload's end
+		rewritten <- err
+	}()
+	got, err := si.ImportStream(ctx, pr)
+	pr.CloseWithError(errImportEnded) // a rewrite the import stopped reading ends
+	if rerr := <-rewritten; rerr != nil && !errors.Is(rerr, errImportEnded) {
+		return "", archiveError(src, rerr)
+	}
+	return got, err
+}
+
+// errImportEnded ends a rewrite whose import stopped reading it.
+var errImportEnded = errors.New("the import ended")
+
+// archiveError is err, met reading the checkpoint archive at src, as
+// Restore names it: ErrCheckpointNotFound when src is gone,
+// ErrInvalidCheckpoint when it is no whole archive.
+func archiveError(src string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s is gone", ErrCheckpointNotFound, src)
+	case errors.Is(err, ckpt.ErrInvalid):
+		return fmt.Errorf("%w: %w", ErrInvalidCheckpoint, err)
 	}
 	return err
 }

@@ -47,3 +47,13 @@ type Checkpointer interface {
 	// and MAC; it returns the new container's ID.
 	Import(ctx context.Context, path string) (string, error)
 }
+
+// StreamImporter is a [Checkpointer] whose engine takes an archive as it
+// is read (the API's upload), with no file of the caller's: an archive
+// rewritten on its way in costs no second copy on disk.
+type StreamImporter interface {
+	// ImportStream is [Checkpointer.Import] of the archive read from r to
+	// its end. An error reading r ends the upload, and the engine makes
+	// nothing of what it got.
+	ImportStream(ctx context.Context, r io.Reader) (string, error)
+}

@@ -17,6 +17,8 @@ import (
 var (
 	_ driver.Checkpointer = API{}
 	_ driver.Checkpointer = CLI{}
+
+	_ driver.StreamImporter = API{}
 )
 
 // checkpointRefusal implements [driver.Checkpointer.CheckpointRefusal]
@@ -129,15 +131,27 @@ func (a API) Export(ctx context.Context, id, path string, leaveRunning bool) err
 // Import implements [driver.Checkpointer]: the archive at path, uploaded
 // to the service's import.
 func (a API) Import(ctx context.Context, path string) (string, error) {
-	const op = "checkpoint import"
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("%w: checkpoint archive: %w", driver.ErrInvalidConfig, err)
 	}
 	defer f.Close()
-	id, err := a.c.ContainerImport(ctx, f)
+	return a.importFrom(ctx, f, path)
+}
+
+// ImportStream implements [driver.StreamImporter]: the archive read
+// from r, uploaded to the service's import as it is read.
+func (a API) ImportStream(ctx context.Context, r io.Reader) (string, error) {
+	return a.importFrom(ctx, r, "a checkpoint archive")
+}
+
+// importFrom uploads the archive r, which what names, to the service's
+// import.
+func (a API) importFrom(ctx context.Context, r io.Reader, what string) (string, error) {
+	const op = "checkpoint import"
+	id, err := a.c.ContainerImport(ctx, r)
 	if err != nil {
-		return "", apiError(op, path, err)
+		return "", apiError(op, what, err)
 	}
 	return containerID(op, id)
 }
