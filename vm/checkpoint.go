@@ -315,31 +315,53 @@ func (s *sandbox) suspend(ctx context.Context) error {
 	}
 	c := s.d.(driver.Checkpointer) // checkpointSupport found it
 	s.setSuspended(true)           // new calls fail from now on, rather than wait
-	_, lost, err := s.frozenDump(ctx, st, "suspend", true, func(ctx context.Context) error {
+	_, after, err := s.frozenDump(ctx, st, "suspend", true, func(ctx context.Context) error {
 		return c.Suspend(ctx, st.id)
 	})
-	if err != nil && !lost {
+	switch after {
+	case dumped:
+		return nil // done, even if ctx ended meanwhile
+	case goesOn:
 		s.setSuspended(false)
-	}
-	if lost {
-		return fmt.Errorf("vm: suspend: %w (the sandbox runs, but its agent was not reached again: Remove it)", err)
-	}
-	if err != nil {
 		return fmt.Errorf("vm: suspend: %w", err)
+	default:
+		return fmt.Errorf("vm: suspend: %w", suspendedBy(after, err))
 	}
-	return nil
+}
+
+// afterDump is where a frozenDump left the sandbox.
+type afterDump int
+
+const (
+	goesOn  afterDump = iota // it runs, its agent too: nothing was dumped, or the dump left it running
+	dumped                   // the dump that stops it succeeded: it is stopped, its agent detached
+	stopped                  // a dump that stops it failed after it stopped it
+	lost                     // it runs (or its state is unknown), but its agent was not reached again
+)
+
+// suspendedBy is err, of a dump that left the sandbox as after says
+// (stopped or lost), with what the caller may do now: the sandbox is
+// marked suspended either way.
+func suspendedBy(after afterDump, err error) error {
+	if after == stopped {
+		return fmt.Errorf("%w; the dump stopped the sandbox before it failed (%w: Resume or Remove it)", err, ErrSuspended)
+	}
+	return fmt.Errorf("%w (the sandbox's agent was not reached again: Remove it)", err)
 }
 
 // frozenDump runs dump, the engine's checkpoint of the sandbox in st,
 // with its agent (if any) frozen at a frame boundary, and returns what
-// the agent held then (for a copy to adopt, see TakeCheckpoint) and the
-// dump's error with what may name its cause (dumpError). stops: the
-// dump stops the sandbox, ending the agent's stream, and the agent
-// stays detached after it, for Resume to rebind. Whenever the sandbox
-// runs on after the dump, the agent goes on: thawed on its stream, or,
-// where a failed dump that stops the sandbox ended that, on a new one;
-// lost: it could not be.
-func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops bool, dump func(context.Context) error) (held frozenState, lost bool, err error) {
+// the agent held then (for a copy to adopt, see TakeCheckpoint), where
+// it left the sandbox, and the dump's error with what may name its cause
+// (dumpError). stops: the dump stops the sandbox, ending the agent's
+// stream, and the agent stays detached after it, for Resume to rebind;
+// dumped, when it succeeded, even if ctx ended meanwhile (err is then
+// ctx's). A dump that stops the sandbox may fail after it stopped it (an
+// export whose archive broke off): the engine is asked which. Whenever
+// the sandbox runs on after the dump, the agent goes on (goesOn): thawed
+// on its stream, or, where a failed dump ended that, on a new one; lost:
+// it could not be.
+func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops bool, dump func(context.Context) error) (held frozenState, after afterDump, err error) {
 	var main *agent.Client
 	if st.agent != nil {
 		main = st.agent.main
@@ -347,31 +369,36 @@ func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops b
 	var frozen agent.Frozen
 	if main != nil {
 		if frozen, err = main.Freeze(ctx); err != nil {
-			return held, false, err
+			return held, goesOn, err
 		}
 		if stops {
 			if err := main.Detach(); err != nil {
 				_ = main.Thaw()
-				return held, false, err
+				return held, goesOn, err
 			}
 		}
 		held = frozenState{nextRun: main.NextRun(), processes: s.heldRecords()}
 	}
+	var dumpErr error // the dump's own, not ctx's: finishDespiteCancel waits for it
 	_, err = finishDespiteCancel(ctx, what, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, dump(ctx)
+		dumpErr = dump(ctx)
+		return struct{}{}, dumpErr
 	})
 	if err != nil {
 		err = s.dumpError(err, frozen)
-	} else if stops {
-		return held, false, nil
 	}
-	if main == nil {
-		return held, false, err
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	switch {
+	case stops && dumpErr == nil:
+		return held, dumped, err
+	case stops && !s.runs(actx, st.id):
+		return held, stopped, err
+	case main == nil:
+		return held, goesOn, err
 	}
 	goOn := main.Thaw()
 	if goOn != nil && stops { // the failed dump ended the stream
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
 		rw, aerr := s.d.(driver.Checkpointer).AttachRunning(actx, st.id)
 		if aerr == nil {
 			aerr = main.Rebind(actx, rw)
@@ -380,12 +407,27 @@ func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops b
 	}
 	switch {
 	case goOn == nil:
-		return held, false, err
+		return held, goesOn, err
 	case err == nil:
-		return held, true, fmt.Errorf("the sandbox's agent did not go on: %w", goOn)
+		return held, lost, fmt.Errorf("the sandbox's agent did not go on: %w", goOn)
 	default:
-		return held, true, fmt.Errorf("%w; and the sandbox's agent did not go on: %w", err, goOn)
+		return held, lost, fmt.Errorf("%w; and the sandbox's agent did not go on: %w", err, goOn)
 	}
+}
+
+// runs reports whether the engine says container id runs; true when it
+// cannot say (the agent's own answer decides then).
+func (s *sandbox) runs(ctx context.Context, id string) bool {
+	list, err := s.d.List(ctx, labelToken+"="+s.token)
+	if err != nil {
+		return true
+	}
+	for _, c := range list {
+		if c.ID == id {
+			return c.State == "" || c.State == "running"
+		}
+	}
+	return true
 }
 
 // frozenState is what a frozen agent held: the next run's number, and

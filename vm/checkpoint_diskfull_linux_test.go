@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/vm"
 )
 
@@ -29,14 +30,23 @@ func TestCheckpointDiskFull(t *testing.T) {
 		require.NoError(t, os.Mkdir(dir, 0o700))
 		require.NoError(t, syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"))
 		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-		v, p := warmVM(ctx, t, env, h(false))
-
-		_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir})
-		t.Logf("TakeCheckpoint: %v", err)
-		require.Error(t, err)
-		assert.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "the error says the disk is full: %v", err)
-		entries, _ := os.ReadDir(dir)
-		assert.Empty(t, entries, "nothing half-written")
-		stillRuns(ctx, t, v, p, 0)
+		for _, remove := range []bool{false, true} {
+			v, p := warmVM(ctx, t, env, h(false))
+			_, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Remove: remove})
+			t.Logf("TakeCheckpoint with Remove %v: %v", remove, err)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "the error says the disk is full: %v", err)
+			entries, _ := os.ReadDir(dir)
+			assert.Empty(t, entries, "nothing half-written")
+			if errors.Is(err, vm.ErrSuspended) {
+				// The dump stopped the sandbox before the export broke off:
+				// it is suspended, and comes back as it was.
+				require.True(t, remove, "only a dump that stops the sandbox leaves it so")
+				_, rerr := v.Run(ctx, exec.Command{Name: "true"})
+				require.ErrorIs(t, rerr, vm.ErrSuspended)
+				require.NoError(t, vm.Resume(ctx, v))
+			}
+			stillRuns(ctx, t, v, p, 0)
+		}
 	})
 }

@@ -39,11 +39,14 @@ type CheckpointOptions struct {
 	// and removes it once its checkpoint is written, as [VM.Remove]
 	// does: what it was lives on in the checkpoint alone. Between the
 	// two it is stopped as [Suspend] leaves it; when a step after the
-	// dump fails, or the removal does, it is left so, and [Resume] or
-	// [VM.Remove] may follow (with the removal's error, TakeCheckpoint
-	// returns the checkpoint). A failed dump leaves it running, as
-	// without Remove. (To stop a sandbox and bring it back later on the
-	// same service, see [Suspend].)
+	// dump fails, it is left so (the error matches [ErrSuspended]), and
+	// [Resume] or [VM.Remove] may follow. When the removal fails,
+	// TakeCheckpoint returns the checkpoint with the error, and
+	// [VM.Remove] may be tried again. A failed dump leaves it running,
+	// as without Remove, unless it failed after it stopped it (an export
+	// cut short): the error then matches ErrSuspended too. Once the dump
+	// is done, an ended ctx no longer stops the rest. (To stop a sandbox
+	// and bring it back later on the same service, see [Suspend].)
 	Remove bool
 }
 
@@ -115,28 +118,38 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	// With Remove, the dump stops the sandbox: its processes go no
 	// further than the checkpoint's instant, and it is left as Suspend
 	// leaves it until the removal.
-	held, lost, err := s.frozenDump(ctx, st, "checkpoint", opts.Remove, func(ctx context.Context) error {
+	held, after, err := s.frozenDump(ctx, st, "checkpoint", opts.Remove, func(ctx context.Context) error {
 		return c.Export(ctx, st.id, partial, !opts.Remove)
 	})
 	m.NextRun, m.Processes = held.nextRun, held.processes
-	if opts.Remove && (err == nil || lost) {
+	switch {
+	case after == dumped:
+		// Stopped: what is left is this machine's work, done whatever
+		// ctx says, rather than lose the only state the sandbox has.
 		s.setSuspended(true)
-	}
-	if err == nil {
+	case opts.Remove && after != goesOn:
+		s.setSuspended(true)
+		return nil, fmt.Errorf("vm: checkpoint: %w", suspendedBy(after, err))
+	case err == nil:
 		err = ctx.Err()
 	}
-	if err != nil {
-		if lost {
-			return nil, fmt.Errorf("vm: checkpoint: %w (the sandbox runs, but its agent was not reached again: Remove it)", err)
+	if err != nil && after != dumped {
+		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+	}
+	// fail is a failure from here on, which leaves a sandbox the dump
+	// stopped suspended.
+	fail := func(err error) (*Checkpoint, error) {
+		if after == dumped {
+			err = fmt.Errorf("%w (the dump stopped the sandbox: %w, Resume or Remove it)", err, ErrSuspended)
 		}
 		return nil, fmt.Errorf("vm: checkpoint: %w", err)
 	}
 	info, size, err := inspectArchive(partial)
 	if err != nil {
-		return nil, fmt.Errorf("vm: checkpoint: the archive Podman wrote: %w", err)
+		return fail(fmt.Errorf("the archive Podman wrote: %w", err))
 	}
 	if info.ID != st.id {
-		return nil, fmt.Errorf("%w: the archive Podman wrote is of container %s, not %s", ErrInvalidCheckpoint, info.ID, st.id)
+		return fail(fmt.Errorf("%w: the archive Podman wrote is of container %s, not %s", ErrInvalidCheckpoint, info.ID, st.id))
 	}
 	m.Labels = maps.Clone(opts.Labels)
 	if m.Labels == nil {
@@ -149,11 +162,11 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 	m.Labels[LabelCreated] = strconv.FormatInt(m.Created.Unix(), 10)
 	cp := m.checkpoint(dir)
 	if err := os.Rename(partial, cp.Path); err != nil {
-		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+		return fail(err)
 	}
 	if err := writeMeta(dir, m); err != nil {
 		os.Remove(cp.Path)
-		return nil, fmt.Errorf("vm: checkpoint: %w", err)
+		return fail(err)
 	}
 	if opts.Remove {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

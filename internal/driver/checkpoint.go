@@ -48,9 +48,10 @@ type Checkpointer interface {
 	Import(ctx context.Context, path string) (string, error)
 }
 
-// StreamImporter is a [Checkpointer] whose engine takes an archive as it
-// is read (the API's upload), with no file of the caller's: an archive
-// rewritten on its way in costs no second copy on disk.
+// StreamImporter is what a [Checkpointer] whose engine takes an archive
+// as it is read (the API's upload), with no file of the caller's, offers
+// besides: an archive rewritten on its way in costs no second copy on
+// disk.
 type StreamImporter interface {
 	// ImportStream is [Checkpointer.Import] of the archive read from r to
 	// its end. An error reading r ends the upload, and the engine makes

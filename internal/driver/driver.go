@@ -163,6 +163,9 @@ type Container struct {
 	// Never). The Podman drivers never do: a stopped container can be
 	// started again.
 	Ended bool `json:"-"`
+	// State is the engine's word for the container's state ("running",
+	// "exited", "created", ...), "" where the driver does not say.
+	State string `json:"State"`
 }
 
 // The errors a driver's calls match, with errors.Is. Package vm exports

@@ -204,7 +204,8 @@ func TestContainers(t *testing.T) {
 
 	ids, err := cl.ContainerList(ctx, "io.podvm.token=x")
 	require.NoError(t, err)
-	assert.Len(t, ids, 1)
+	require.Len(t, ids, 1)
+	assert.Equal(t, "running", ids[0].State, "the service's word for its state")
 	q := svc.Requests()[len(svc.Requests())-1].URL.Query()
 	assert.Equal(t, `{"label":["io.podvm.token=x"]}`, q.Get("filters"))
 	assert.Equal(t, "true", q.Get("all"))

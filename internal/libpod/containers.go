@@ -118,8 +118,9 @@ func (c *Client) ContainerRestore(ctx context.Context, id string) error {
 }
 
 // ContainerExport checkpoints running container id with CRIU, its
-// established TCP connections and file locks with it, leaving it
-// running or stopping it (leaveRunning), and copies the archive the service exports to w: an
+// established TCP connections and file locks with it, and copies the
+// archive the service exports to w; the container is left running when
+// leaveRunning, else stopped by the dump. The archive is an
 // uncompressed tar (Podman's API does not compress it), sent as
 // "application/octet" once the whole dump is done. A failed dump is the
 // usual error answer, nothing written to w. An answer cut short (its
@@ -185,6 +186,7 @@ func (c *Client) ContainerRemove(ctx context.Context, id string) error {
 type Listed struct {
 	ID     string            `json:"Id"`
 	Labels map[string]string `json:"Labels"`
+	State  string            `json:"State"` // "running", "exited", ...
 }
 
 // ContainerList returns every container, running or not, that carries

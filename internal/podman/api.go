@@ -265,7 +265,7 @@ func (a API) List(ctx context.Context, label string) ([]driver.Container, error)
 	}
 	out := make([]driver.Container, len(list))
 	for i, l := range list {
-		out[i] = driver.Container{ID: l.ID, Labels: l.Labels}
+		out[i] = driver.Container{ID: l.ID, Labels: l.Labels, State: l.State}
 	}
 	return out, nil
 }
