@@ -46,13 +46,28 @@ func checkpointRig(t *testing.T) podmantest.Env {
 func noTraces(t *testing.T, env podmantest.Env) {
 	ctx := context.Background()
 	images := podman(ctx, t, env, "images", "-a", "-q", "--no-trunc")
+	socket := strings.TrimPrefix(env.Host, "unix://")
+	pid, err := os.ReadFile(filepath.Join(filepath.Dir(socket), "service.pid"))
+	require.NoError(t, err, "the rig's service.pid, beside its socket")
+	mountinfo := filepath.Join("/proc", strings.TrimSpace(string(pid)), "mountinfo")
 	t.Cleanup(func() {
 		var left []string
+		var lastErr error
 		ok := assert.Eventually(t, func() bool {
 			left = nil
-			traces := containerTraces(t, env) // before the list: a container made meanwhile is in it
+			traces, err := containerTraces(filepath.Dir(socket), mountinfo) // before the list: a container made meanwhile is in it
+			if lastErr = err; err != nil {
+				return false
+			}
+			res, err := exec.NewCommandExecutor().Run(ctx, exec.Command{Name: "podman", Args: []string{"--url", env.Host, "ps", "-a", "-q", "--no-trunc"}})
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("podman ps: %s", res.Stderr)
+			}
+			if lastErr = err; err != nil {
+				return false
+			}
 			live := map[string]bool{}
-			for _, id := range strings.Fields(podman(ctx, t, env, "ps", "-a", "-q", "--no-trunc")) {
+			for _, id := range strings.Fields(res.Stdout) {
 				live[id] = true
 			}
 			for id, where := range traces {
@@ -63,7 +78,7 @@ func noTraces(t *testing.T, env podmantest.Env) {
 			return len(left) == 0
 		}, 30*time.Second, 100*time.Millisecond)
 		if !ok {
-			t.Errorf("left of containers the service no longer has: %v", left)
+			t.Errorf("left of containers the service no longer has: %v (%v)", left, lastErr)
 		}
 		assert.ElementsMatch(t, strings.Fields(images), strings.Fields(podman(ctx, t, env, "images", "-a", "-q", "--no-trunc")), "the service's images are those it had")
 	})
@@ -74,28 +89,29 @@ func noTraces(t *testing.T, env podmantest.Env) {
 var containerIDRE = regexp.MustCompile(`(?:^|\x00)(?:-c|--cid)\x00([0-9a-f]{64})|overlay-containers/([0-9a-f]{64})/`)
 
 // containerTraces returns the containers that have a conmon of the rig's
-// service or a mount in it, each with where it was found. The rig's
-// conmons name its storage, beside its socket: those of other services
-// on this machine (the project's Podman 4.3, a rootless one) do not.
-func containerTraces(t *testing.T, env podmantest.Env) map[string]string {
+// service (whose state is in rig: its conmons name its storage there;
+// those of other services on this machine do not) or a mount in its
+// mount namespace (mountinfo), each with where it was found.
+func containerTraces(rig, mountinfo string) (map[string]string, error) {
 	found := map[string]string{}
-	socket := strings.TrimPrefix(env.Host, "unix://")
-	rig := []byte(filepath.Dir(socket) + "/")
 	procs, err := os.ReadDir("/proc")
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range procs {
 		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(b, []byte("conmon")) || !bytes.Contains(b, rig) {
+		argv0, _, _ := bytes.Cut(b, []byte{0})
+		if err != nil || !bytes.HasSuffix(argv0, []byte("conmon")) || !bytes.Contains(b, []byte(rig+"/")) {
 			continue
 		}
 		for _, id := range containerIDs(b) {
 			found[id] = "conmon pid " + p.Name()
 		}
 	}
-	pid, err := os.ReadFile(filepath.Join(filepath.Dir(socket), "service.pid"))
-	require.NoError(t, err, "the rig's service.pid, beside its socket")
-	mounts, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(pid)), "mountinfo"))
-	require.NoError(t, err)
+	mounts, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return nil, err
+	}
 	for _, id := range containerIDs(mounts) {
 		if found[id] == "" {
 			found[id] = "mounted in the service"
@@ -103,7 +119,7 @@ func containerTraces(t *testing.T, env podmantest.Env) map[string]string {
 			found[id] += ", and mounted in the service"
 		}
 	}
-	return found
+	return found, nil
 }
 
 // containerIDs returns the container IDs containerIDRE finds in b.
@@ -382,8 +398,10 @@ func TestCheckpointRemoveStops(t *testing.T) {
 }
 
 // A checkpoint whose archive was cut short (a disk that filled while it
-// was copied, say) is not restored, and nothing is made, whether the
-// copy's archive is streamed into the service (API) or spooled (CLI).
+// was copied, say) is not restored, and nothing is made, on either
+// backend: the archive is checked before anything is sent. (That a
+// rewrite failing mid-stream ends the API's upload with an error,
+// TestImportRewritten shows.)
 func TestRestoreCutArchive(t *testing.T) {
 	env := checkpointRig(t)
 	eachBackend(t, env, 3*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {

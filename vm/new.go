@@ -27,8 +27,10 @@ import (
 //
 // [WithBackend] restricts the choice to one backend; [BackendKube], once
 // registered by importing vm/kube, is a Pod on the cluster kubectl would
-// use. When nothing is
-// usable the error matches [ErrUnavailable] and lists everything tried.
+// use. When nothing is usable the error matches [ErrUnavailable] and
+// lists everything tried; when ctx ends while New looks for a service,
+// the error is ctx's (context.Canceled or DeadlineExceeded), and no CLI
+// is chosen in its place.
 // The choice and its reason go to the [WithLogger] logger. A config error
 // matches [ErrInvalidConfig] and is reported before any probe.
 func New(ctx context.Context, cfg Config, opts ...Option) (VM, error) {
@@ -125,6 +127,9 @@ func (o options) connect(ctx context.Context) (c *libpod.Client, tried []string,
 		}
 		o.log.Debug("podvm: no service", "uri", uri, "err", err)
 		tried = append(tried, err.Error())
+		if ctx.Err() != nil {
+			break // the others would fail alike
+		}
 	}
 	if len(candidates) == 0 {
 		tried = append(tried, "no socket: CONTAINER_HOST unset, none at $XDG_RUNTIME_DIR/podman/podman.sock or /run/podman/podman.sock")
