@@ -262,7 +262,10 @@ func (unclosed) Close() {}
 // with [ErrSuspended]; a Run in flight, a process held by handle and
 // its output wait, and go on after Resume; Remove removes the sandbox,
 // its checkpoint with it. A failed dump leaves the sandbox running and
-// usable. Suspending a suspended sandbox does nothing. On a Podman
+// usable, unless the engine says it stopped it before it failed: then
+// it is suspended, and the error matches ErrSuspended too. Once the dump
+// is done, Suspend returns nil, even if ctx ended meanwhile. Suspending
+// a suspended sandbox does nothing. On a Podman
 // service of this machine, the sandbox must be made with
 // [Config.Checkpointable].
 func Suspend(ctx context.Context, v VM) error {
@@ -340,13 +343,12 @@ const (
 )
 
 // suspendedBy is err, of a dump that left the sandbox as after says
-// (stopped or lost), with what the caller may do now: the sandbox is
-// marked suspended either way.
+// (stopped or lost), with what the caller may do now.
 func suspendedBy(after afterDump, err error) error {
 	if after == stopped {
 		return fmt.Errorf("%w; the dump stopped the sandbox before it failed (%w: Resume or Remove it)", err, ErrSuspended)
 	}
-	return fmt.Errorf("%w (the sandbox's agent was not reached again: Remove it)", err)
+	return fmt.Errorf("%w (whether the sandbox runs could not be told, or its agent was not reached again: Remove it)", err)
 }
 
 // frozenDump runs dump, the engine's checkpoint of the sandbox in st,
@@ -379,26 +381,40 @@ func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops b
 		}
 		held = frozenState{nextRun: main.NextRun(), processes: s.heldRecords()}
 	}
-	var dumpErr error // the dump's own, not ctx's: finishDespiteCancel waits for it
+	// The dump's own result, not ctx's: finishDespiteCancel waits for it
+	// (and a dump that never returns is no success).
+	dumpErr := errors.New("the dump did not return")
 	_, err = finishDespiteCancel(ctx, what, func(ctx context.Context) (struct{}, error) {
 		dumpErr = dump(ctx)
 		return struct{}{}, dumpErr
 	})
+	if dumpErr != nil && err != nil && !errors.Is(err, dumpErr) { // ctx's: keep the dump's words too
+		err = fmt.Errorf("%w (the dump: %w)", err, dumpErr)
+	}
 	if err != nil {
 		err = s.dumpError(err, frozen)
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	switch {
-	case stops && dumpErr == nil:
+	if stops && dumpErr == nil {
 		return held, dumped, err
-	case stops && !s.runs(actx, st.id):
-		return held, stopped, err
-	case main == nil:
+	}
+	if stops {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		running, known := s.runs(lctx, st.id)
+		cancel()
+		switch {
+		case known && !running:
+			return held, stopped, err
+		case !known && main == nil: // nothing else can tell
+			return held, lost, err
+		}
+	}
+	if main == nil {
 		return held, goesOn, err
 	}
 	goOn := main.Thaw()
 	if goOn != nil && stops { // the failed dump ended the stream
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
 		rw, aerr := s.d.(driver.Checkpointer).AttachRunning(actx, st.id)
 		if aerr == nil {
 			aerr = main.Rebind(actx, rw)
@@ -415,19 +431,19 @@ func (s *sandbox) frozenDump(ctx context.Context, st state, what string, stops b
 	}
 }
 
-// runs reports whether the engine says container id runs; true when it
-// cannot say (the agent's own answer decides then).
-func (s *sandbox) runs(ctx context.Context, id string) bool {
+// runs reports whether the engine says container id runs; known: it
+// said (its list holds id, with a state).
+func (s *sandbox) runs(ctx context.Context, id string) (running, known bool) {
 	list, err := s.d.List(ctx, labelToken+"="+s.token)
 	if err != nil {
-		return true
+		return false, false
 	}
 	for _, c := range list {
-		if c.ID == id {
-			return c.State == "" || c.State == "running"
+		if c.ID == id && c.State != "" {
+			return c.State == "running", true
 		}
 	}
-	return true
+	return false, false
 }
 
 // frozenState is what a frozen agent held: the next run's number, and

@@ -38,10 +38,10 @@ func TestCheckpointDiskFull(t *testing.T) {
 			assert.True(t, errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left"), "the error says the disk is full: %v", err)
 			entries, _ := os.ReadDir(dir)
 			assert.Empty(t, entries, "nothing half-written")
-			if errors.Is(err, vm.ErrSuspended) {
-				// The dump stopped the sandbox before the export broke off:
-				// it is suspended, and comes back as it was.
-				require.True(t, remove, "only a dump that stops the sandbox leaves it so")
+			// With Remove, the dump stopped the sandbox before the export
+			// broke off: it is suspended, and comes back as it was.
+			require.Equal(t, remove, errors.Is(err, vm.ErrSuspended), "suspended exactly when the dump stops the sandbox")
+			if remove {
 				_, rerr := v.Run(ctx, exec.Command{Name: "true"})
 				require.ErrorIs(t, rerr, vm.ErrSuspended)
 				require.NoError(t, vm.Resume(ctx, v))

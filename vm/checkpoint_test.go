@@ -2,9 +2,11 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -109,5 +111,88 @@ func TestCheckpointableRefusal(t *testing.T) {
 		} else {
 			assert.ErrorContains(t, err, "no CRIU")
 		}
+	}
+}
+
+// stopper is a Checkpointer whose Suspend answers err after delay, and
+// whose List says the container is in state (an error when "").
+type stopper struct {
+	localDriver
+	delay time.Duration
+	err   error
+	state string
+}
+
+func (d *stopper) CheckpointRefusal(context.Context) error { return nil }
+func (d *stopper) Suspend(context.Context, string) error {
+	time.Sleep(d.delay)
+	return d.err
+}
+func (d *stopper) Resume(context.Context, string) error { panic("not here") }
+func (d *stopper) AttachRunning(context.Context, string) (io.ReadWriteCloser, error) {
+	panic("not here")
+}
+func (d *stopper) Export(context.Context, string, string, bool) error { panic("not here") }
+func (d *stopper) Import(context.Context, string) (string, error)     { panic("not here") }
+func (d *stopper) List(context.Context, string) ([]driver.Container, error) {
+	if d.state == "" {
+		return nil, fmt.Errorf("%w: no list", ErrUnavailable)
+	}
+	return []driver.Container{{ID: "c1", State: d.state}}, nil
+}
+
+var _ driver.Checkpointer = (*stopper)(nil)
+
+// Where a dump that stops the sandbox leaves it, as the engine says: a
+// failed dump that stopped it anyway leaves it suspended, one that
+// succeeded after ctx ended is done, one whose outcome nothing can tell
+// (no agent, no list) leaves it suspended for Remove.
+func TestSuspendAfterDump(t *testing.T) {
+	t.Parallel()
+	failed := fmt.Errorf("%w: the export broke off", ErrPodman)
+	for _, c := range []struct {
+		name          string
+		d             *stopper
+		ctx           time.Duration // 0: none
+		wantErr       bool
+		wantSuspended bool
+		errIs         error
+	}{
+		{"failed, stopped", &stopper{err: failed, state: "exited"}, 0, true, true, ErrSuspended},
+		{"failed, running", &stopper{err: failed, state: "running"}, 0, true, false, ErrPodman},
+		{"failed, unknown", &stopper{err: failed}, 0, true, true, ErrPodman},
+		{"done after ctx ended", &stopper{delay: 200 * time.Millisecond, state: "exited"}, 20 * time.Millisecond, false, true, nil},
+		{"failed after ctx ended, stopped", &stopper{delay: 200 * time.Millisecond, err: failed, state: "exited"}, 20 * time.Millisecond, true, true, ErrSuspended},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.d.service = "unix:///stopper/" + c.name
+			var s sandbox
+			s.prepare(Config{Image: "img", PodmanExec: true})
+			s.d = c.d
+			s.created = true
+			s.st.Store(&state{id: "c1"})
+			checkpointProbes.Store(checkpointKey{fmt.Sprintf("%T", c.d), c.d.service, "img", s.cfg.Network, true}, nil)
+			ctx := context.Background()
+			if c.ctx > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.ctx)
+				defer cancel()
+			}
+			err := Suspend(ctx, &s)
+			t.Logf("Suspend: %v", err)
+			if c.wantErr {
+				require.Error(t, err)
+				require.ErrorIs(t, err, c.errIs)
+				if c.ctx > 0 {
+					assert.ErrorContains(t, err, "the export broke off", "the dump's own words, beside ctx's")
+				}
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, c.wantSuspended, s.state().suspended)
+			_, err = s.container()
+			assert.Equal(t, c.wantSuspended, errors.Is(err, ErrSuspended))
+		})
 	}
 }

@@ -127,8 +127,10 @@ func (s *sandbox) checkpoint(ctx context.Context, opts CheckpointOptions) (*Chec
 		// Stopped: what is left is this machine's work, done whatever
 		// ctx says, rather than lose the only state the sandbox has.
 		s.setSuspended(true)
-	case opts.Remove && after != goesOn:
-		s.setSuspended(true)
+	case after != goesOn: // stopped (with Remove alone), or lost
+		if opts.Remove {
+			s.setSuspended(true)
+		}
 		return nil, fmt.Errorf("vm: checkpoint: %w", suspendedBy(after, err))
 	case err == nil:
 		err = ctx.Err()

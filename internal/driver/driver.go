@@ -151,8 +151,8 @@ type Process struct {
 	Stop func()
 }
 
-// Container is a sandbox as [Driver.List] finds it: its ID, labels and
-// whether it has ended. The JSON names are Podman's, as both `podman ps
+// Container is a sandbox as [Driver.List] finds it: its ID, labels,
+// whether it has ended, and its state. The JSON names are Podman's, as both `podman ps
 // --format json` and its REST API spell them.
 type Container struct {
 	ID     string            `json:"Id"`

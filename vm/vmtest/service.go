@@ -64,7 +64,7 @@ func serviceCases(h Harness) []testCase {
 				if err := f.Close(); err != nil {
 					t.Errorf("Close: %v", err)
 				}
-				if !testkit.Freed(f.Addr().String(), time.Second) { // closed by then: a second for a port another listener took
+				if !testkit.Freed(f.Addr().String(), time.Second) { // closed by then; a second against a brief bind by someone else
 					t.Error("the forward still listens after Close")
 				}
 				return []observation{outcome("forward", "served")}
