@@ -308,7 +308,9 @@ wait_for() { # NAME SECONDS CMD...: until CMD succeeds, while NAME runs
 	shift 2
 	until "$@" >/dev/null 2>&1; do
 		n=$((n - 1))
-		if [ $n -le 0 ] || { [ -f "$K/pids/$name.pid" ] && ! pid_of "$name" >/dev/null; }; then
+		# Alive by kill -0, not pid_of: a process that execs has, for an
+		# instant, no command line to read, and would look dead.
+		if [ $n -le 0 ] || { [ -f "$K/pids/$name.pid" ] && ! kill -0 "$(cat "$K/pids/$name.pid")" 2>/dev/null; }; then
 			tail -n 20 "$K/logs/$name.log" >&2
 			die "$name is not ready (log: $K/logs/$name.log)"
 		fi

@@ -235,7 +235,9 @@ start_service() {
 	until ping_ok; do
 		i=$((i + 1))
 		sleep 0.5 # first: lets the outer sh write service.pid
-		if [ $i -gt 60 ] || ! service_pid >/dev/null; then
+		# Alive by kill -0, not service_pid: a process that execs has, for
+		# an instant, no command line to read, and would look dead.
+		if [ $i -gt 60 ] || ! kill -0 "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null; then
 			tail -n 20 "$LOG" >&2
 			die "service did not answer on $SOCK (log: $LOG)"
 		fi
