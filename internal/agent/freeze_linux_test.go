@@ -2,11 +2,14 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,10 +29,12 @@ func TestFreezeHoldsFramesUntilThaw(t *testing.T) {
 	t.Parallel()
 	a := startAgent(t)
 	ctx := context.Background()
+	g := newFileGate(t)
 	ended := make(chan result, 1)
-	go func() { ended <- a.sh(ctx, "sleep 0.3; echo done") }()
-	time.Sleep(100 * time.Millisecond) // the Run has started
+	go func() { ended <- a.sh(ctx, g.cmd("run", "echo done")) }()
+	g.started(t, "run")
 	require.NoError(t, a.freeze(ctx))
+	g.open(t) // the command ends, frozen, however slow the machine
 	select {
 	case r := <-ended:
 		t.Fatalf("the run's end came through a frozen channel: %+v", r)
@@ -214,8 +219,10 @@ func TestRebindGoesOnWhereItWas(t *testing.T) {
 	stdinR, stdinW := io.Pipe()
 	p, err := a.Start(ctx, Request{Argv: []string{"sh", "-c", "while read l; do echo got $l; done"}}, stdinR, &out, io.Discard)
 	require.NoError(t, err)
+	g := newFileGate(t)
 	late := make(chan result, 1)
-	go func() { late <- a.sh(ctx, "sleep 0.5; echo late") }()
+	go func() { late <- a.sh(ctx, g.cmd("late", "echo late")) }()
+	g.started(t, "late")
 	_, _ = stdinW.Write([]byte("one\n"))
 	require.Eventually(t, func() bool { return out.String() == "got one\n" }, 10*time.Second, 10*time.Millisecond)
 
@@ -224,7 +231,9 @@ func TestRebindGoesOnWhereItWas(t *testing.T) {
 	r.cut()
 	<-a.reading() // the end of the stream, which is no failure
 	assert.Error(t, a.Thaw(), "once its stream ended, a detached client thaws by Rebind alone")
-	time.Sleep(time.Second) // the late run ends in the sandbox, unheard
+	g.open(t)
+	g.done(t, "late")
+	time.Sleep(100 * time.Millisecond) // the late run ends in the sandbox, unheard
 	select {
 	case res := <-late:
 		t.Fatalf("a run ended while detached: %+v", res)
@@ -384,16 +393,21 @@ func TestResumeCopyRunsEndedWhileFrozen(t *testing.T) {
 	t.Parallel()
 	a, r := relayed(t)
 	ctx := context.Background()
-	kept, err := a.Start(ctx, Request{Argv: []string{"sleep", "0.2"}}, nil, io.Discard, io.Discard)
+	g := newFileGate(t)
+	kept, err := a.Start(ctx, Request{Argv: []string{"sh", "-c", g.cmd("kept", "")}}, nil, io.Discard, io.Discard)
 	require.NoError(t, err)
-	go func() { _ = a.sh(ctx, "sleep 0.2") }() // silent, in flight
-	time.Sleep(50 * time.Millisecond)
+	go func() { _ = a.sh(ctx, g.cmd("flight", "")) }() // silent, in flight
+	g.started(t, "kept")
+	g.started(t, "flight")
 	require.NoError(t, a.freeze(ctx))
 	require.NoError(t, a.Detach())
 	next := a.NextRun()
 	r.cut()
 	<-a.reading()
-	time.Sleep(time.Second) // both end, their Exits held at the gate
+	g.open(t) // both end now, frozen: their Exits held at the gate
+	g.done(t, "kept")
+	g.done(t, "flight")
+	time.Sleep(100 * time.Millisecond)
 
 	c, procs, err := ResumeCopy(ctx, r.stream(), next, []Adoption{{ID: kept.ID(), PID: kept.PID()}})
 	require.NoError(t, err)
@@ -440,3 +454,35 @@ func TestResumeCopyWindowHoldsHeldFrames(t *testing.T) {
 type gatedWriter struct{ gate chan struct{} }
 
 func (w *gatedWriter) Write(p []byte) (int, error) { <-w.gate; return len(p), nil }
+
+// fileGate holds commands until the test opens it: a run that ends when
+// the test says, not after a guess at how slow the machine is (the agent
+// of these tests runs on this host, in its file system).
+type fileGate struct{ dir string }
+
+func newFileGate(t *testing.T) fileGate { return fileGate{t.TempDir()} }
+
+// cmd is a shell command that says it started (as name), waits for the
+// gate to open, runs then, and says it is done.
+func (g fileGate) cmd(name, then string) string {
+	p := filepath.Join(g.dir, name)
+	return fmt.Sprintf("touch %s.started; while [ ! -e %s ]; do sleep 0.01; done; %s; touch %s.done",
+		p, filepath.Join(g.dir, "open"), cmp.Or(then, ":"), p)
+}
+
+// started waits until the command name has started.
+func (g fileGate) started(t *testing.T, name string) { g.wait(t, name+".started") }
+
+// done waits until the command name is past the gate, and done.
+func (g fileGate) done(t *testing.T, name string) { g.wait(t, name+".done") }
+
+// open lets every command through.
+func (g fileGate) open(t *testing.T) {
+	require.NoError(t, os.WriteFile(filepath.Join(g.dir, "open"), nil, 0o600))
+}
+
+func (g fileGate) wait(t *testing.T, file string) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(g.dir, file)); return err == nil },
+		30*time.Second, 5*time.Millisecond, "%s", file)
+}
