@@ -82,18 +82,10 @@ func TestCancelledCreateLeavesNoRuntimeProcess(t *testing.T) {
 // conmon process on this machine is running: its argv's -n.
 func conmons(t *testing.T, prefix string) []string {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	all, err := conmonArgvs()
 	require.NoError(t, err)
 	var names []string
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue // not a process, or gone
-		}
-		argv := strings.Split(string(b), "\x00")
-		if !strings.HasSuffix(argv[0], "conmon") {
-			continue
-		}
+	for _, argv := range all {
 		for i := 0; i+1 < len(argv); i++ {
 			if argv[i] == "-n" && strings.HasPrefix(argv[i+1], prefix) {
 				names = append(names, argv[i+1])
@@ -101,4 +93,25 @@ func conmons(t *testing.T, prefix string) []string {
 		}
 	}
 	return names
+}
+
+// conmonArgvs returns the arguments of every conmon on this machine,
+// each by its PID.
+func conmonArgvs() (map[string][]string, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	all := map[string][]string{}
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue // not a process, or gone
+		}
+		argv := strings.Split(string(b), "\x00")
+		if strings.HasSuffix(argv[0], "conmon") {
+			all[e.Name()] = argv
+		}
+	}
+	return all, nil
 }

@@ -1,13 +1,13 @@
 package vm_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,9 +84,8 @@ func noTraces(t *testing.T, env podmantest.Env) {
 	})
 }
 
-// containerIDRE is a container's ID in a conmon's arguments, or in the
-// path of its userdata.
-var containerIDRE = regexp.MustCompile(`(?:^|\x00)(?:-c|--cid)\x00([0-9a-f]{64})|overlay-containers/([0-9a-f]{64})/`)
+// containerIDRE is a container's ID in the path of its userdata.
+var containerIDRE = regexp.MustCompile(`overlay-containers/([0-9a-f]{64})/`)
 
 // containerTraces returns the containers that have a conmon of the rig's
 // service (whose state is in rig: its conmons name its storage there;
@@ -94,18 +93,18 @@ var containerIDRE = regexp.MustCompile(`(?:^|\x00)(?:-c|--cid)\x00([0-9a-f]{64})
 // mount namespace (mountinfo), each with where it was found.
 func containerTraces(rig, mountinfo string) (map[string]string, error) {
 	found := map[string]string{}
-	procs, err := os.ReadDir("/proc")
+	all, err := conmonArgvs()
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range procs {
-		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		argv0, _, _ := bytes.Cut(b, []byte{0})
-		if err != nil || !bytes.HasSuffix(argv0, []byte("conmon")) || !bytes.Contains(b, []byte(rig+"/")) {
+	for pid, argv := range all {
+		if !slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, rig+"/") }) {
 			continue
 		}
-		for _, id := range containerIDs(b) {
-			found[id] = "conmon pid " + p.Name()
+		for i, a := range argv {
+			if (a == "-c" || a == "--cid") && i+1 < len(argv) && len(argv[i+1]) == 64 {
+				found[argv[i+1]] = "conmon pid " + pid
+			}
 		}
 	}
 	mounts, err := os.ReadFile(mountinfo)
@@ -122,11 +121,13 @@ func containerTraces(rig, mountinfo string) (map[string]string, error) {
 	return found, nil
 }
 
-// containerIDs returns the container IDs containerIDRE finds in b.
+// containerIDs returns the container IDs of the userdata paths in b.
 func containerIDs(b []byte) []string {
 	var ids []string
 	for _, m := range containerIDRE.FindAllSubmatch(b, -1) {
-		ids = append(ids, string(m[1])+string(m[2])) // one of the two
+		if len(m[1]) > 0 {
+			ids = append(ids, string(m[1]))
+		}
 	}
 	return ids
 }
