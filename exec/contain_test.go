@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podvm/podvm/exec"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // contained is an executor whose containment must leave nothing alive.
@@ -65,7 +67,7 @@ func survivors(mark string) []int {
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		environ, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if (bytes.Contains(cmdline, []byte(mark)) || bytes.Contains(environ, []byte("PODVM_MARK="+mark))) && alive(pid) {
+		if (bytes.Contains(cmdline, []byte(mark)) || bytes.Contains(environ, []byte("PODVM_MARK="+mark))) && testkit.Alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
@@ -76,14 +78,9 @@ func survivors(mark string) []int {
 // pids and no process carrying mark is alive.
 func requireNothingLeft(t *testing.T, pids []int, mark string) {
 	t.Helper()
-	var live []int
-	for _, p := range pids {
-		if alive(p) {
-			live = append(live, p)
-		}
-	}
-	live = append(live, survivors(mark)...)
-	for _, p := range live {
+	var live []string
+	for _, p := range append(slices.DeleteFunc(pids, func(p int) bool { return !testkit.Alive(p) }), survivors(mark)...) {
+		live = append(live, testkit.Describe(p))
 		_ = syscallKill(p)
 	}
 	require.Empty(t, live, "processes left alive after Run returned")
@@ -198,7 +195,7 @@ func TestRunProcessGroupLetsSetsidEscape(t *testing.T) {
 			syscallKill(p)
 		}
 	})
-	require.True(t, alive(pids[0]), "the escaped process should have survived the group kill")
+	require.True(t, testkit.Alive(pids[0]), "the escaped process should have survived the group kill")
 	assert.GreaterOrEqual(t, elapsed, exec.DefaultKillGrace, "Run waited for the pipes for the grace")
 	assert.Less(t, elapsed, exec.DefaultKillGrace+3*time.Second, "then closed them")
 }

@@ -265,22 +265,11 @@ func pidsOf(t *testing.T, out string) []int {
 	return pids
 }
 
-// alive reports whether pid is a live (not zombie) process.
-func alive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(fields) > 0 && fields[0] != "Z"
-}
-
 func requireAllDead(t *testing.T, pids []int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for _, p := range pids {
-			if alive(p) {
+			if testkit.Alive(p) {
 				return false
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/internal/podmantest"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // The kill script runs under whatever /bin/sh the image has: dash on
@@ -44,7 +45,7 @@ func TestKillScriptUnderEachShell(t *testing.T) {
 				assert.True(t, gone(p), "process %d of the run survived the kill under %s", p.Pid, name)
 			}
 			for _, p := range other {
-				assert.True(t, alive(strconv.Itoa(p.Pid)), "process %d of another run was killed under %s", p.Pid, name)
+				assert.True(t, testkit.Alive(p.Pid), "process %d of another run was killed under %s", p.Pid, name)
 			}
 			assert.Empty(t, marked(t, marker), "marked processes left under %s", name)
 		})
@@ -108,7 +109,7 @@ echo "$a $b $c" >"$1.tmp"; mv "$1.tmp" "$1"; wait`, "sh", pidfile)
 // gone reports whether p has died (a zombie counts) within a few seconds.
 func gone(p *os.Process) bool {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if !alive(strconv.Itoa(p.Pid)) {
+		if !testkit.Alive(p.Pid) {
 			return true
 		}
 	}
@@ -126,19 +127,10 @@ func marked(t *testing.T, marker string) []string {
 		if err != nil || !bytes.Contains(env, []byte("\x00"+marker+"\x00")) && !bytes.HasPrefix(env, []byte(marker+"\x00")) {
 			continue
 		}
-		if pid := filepath.Base(filepath.Dir(f)); alive(pid) {
+		pid := filepath.Base(filepath.Dir(f))
+		if n, _ := strconv.Atoi(pid); testkit.Alive(n) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
-}
-
-// alive reports whether process pid exists and is not a zombie.
-func alive(pid string) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return false
-	}
-	s := string(stat)
-	return !strings.HasPrefix(s[strings.LastIndexByte(s, ')'):], ") Z ")
 }

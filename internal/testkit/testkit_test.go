@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	osexec "os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -202,4 +205,47 @@ func TestFreed(t *testing.T) {
 	}()
 	assert.True(t, Freed(addr, 5*time.Second), "the listener closed while Freed waited")
 	assert.True(t, Freed(addr, 0), "and the port is free again after Freed took it")
+}
+
+func TestAlive(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	assert.True(t, Alive(os.Getpid()))
+	assert.Contains(t, Describe(os.Getpid()), "testkit.test")
+
+	cmd := osexec.Command("sleep", "100")
+	require.NoError(t, cmd.Start())
+	assert.True(t, Alive(cmd.Process.Pid))
+	require.NoError(t, cmd.Process.Kill())
+	// Killed, not yet reaped: still exiting, then a zombie; dead either way.
+	require.Eventually(t, func() bool { return strings.Contains(Describe(cmd.Process.Pid), "state Z") }, 10*time.Second, time.Millisecond)
+	assert.False(t, Alive(cmd.Process.Pid))
+	_ = cmd.Wait()
+	assert.False(t, Alive(cmd.Process.Pid))
+	assert.Contains(t, Describe(cmd.Process.Pid), "gone")
+}
+
+func TestParseStat(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		line  string
+		state string
+		flags uint64
+		alive bool
+	}{
+		{"42 (sleep) S 1 42 42 0 -1 4194560 90 0 0 0", "S", 0x400100, true},
+		// PF_EXITING: killed, gone from its cgroup, not yet a zombie.
+		{"42 (a) b (c) R 1 42 42 0 -1 4194564 90 0 0 0", "R", 0x400104, false},
+		{"42 (sleep) Z 1 42 42 0 -1 4227084 90 0 0 0", "Z", 0x40800c, false},
+		{"42 (sleep) X 1 42 42 0 -1 4194560 90 0 0 0", "X", 0x400100, false},
+	} {
+		state, flags, ok := parseStat(c.line)
+		require.True(t, ok, c.line)
+		assert.Equal(t, c.state, state, c.line)
+		assert.Equal(t, c.flags, flags, c.line)
+		assert.Equal(t, c.alive, running(state, flags), c.line)
+	}
+	_, _, ok := parseStat("42 (sleep) S 1")
+	assert.False(t, ok, "a cut line")
 }
