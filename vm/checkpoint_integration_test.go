@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -320,4 +321,47 @@ func checkpointDir(t *testing.T) string {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// A pool of copies of one checkpoint hands out copies restored ahead of
+// the Get, each its own (its own container, its held process going on
+// from the checkpoint on a handle of its own, its own answers), labelled
+// with the pool; Close removes what is left, handed out or not.
+func TestRestorePoolIntegration(t *testing.T) {
+	env := checkpointRig(t)
+	eachBackend(t, env, 4*time.Minute, func(ctx context.Context, t *testing.T, name string, h func(bool) vmHarness) {
+		dir := checkpointDir(t)
+		v, p := warmVM(ctx, t, env, h(false))
+		stillRuns(ctx, t, v, p, 0) // it has counted one line
+		cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Remove: true})
+		require.NoError(t, err)
+
+		pool, err := vm.NewRestorePool(cp, vm.RestoreOptions{Labels: map[string]string{"suite": "restore-pool"}},
+			func(ctx context.Context, cp *vm.Checkpoint, ro vm.RestoreOptions) (vm.VM, error) {
+				return vm.Restore(ctx, cp, ro, backendOf(env, name)...)
+			}, vm.WithPoolSize(2))
+		require.NoError(t, err)
+		defer func() {
+			require.NoError(t, pool.Close(context.Background()))
+			assert.Empty(t, copiesOf(context.Background(), t, env, cp.ID), "the pool's copies outlived Close")
+		}()
+		require.Eventually(t, func() bool { return pool.Stats().Ready == 2 }, 2*time.Minute, 10*time.Millisecond, "%+v", pool.Stats())
+
+		var ids []string
+		for range 3 { // two ready, one restored for the Get
+			c, err := pool.Get(ctx)
+			require.NoError(t, err)
+			ids = append(ids, c.ID())
+			procs := vm.Processes(c)
+			require.Len(t, procs, 1, "the copy's held process")
+			stillRuns(ctx, t, c, procs[0], 1)
+			labelled := podman(ctx, t, env, "ps", "-q", "--no-trunc", "--filter", "label="+vm.LabelPool+"="+pool.ID(), "--filter", "label=suite=restore-pool", "--filter", "id="+c.ID())
+			assert.Equal(t, c.ID(), strings.TrimSpace(labelled), "the copy carries the pool's label and the caller's")
+			if len(ids) == 1 {
+				require.NoError(t, c.Remove(ctx)) // the others Close removes
+			}
+		}
+		assert.Len(t, slices.Compact(slices.Sorted(slices.Values(ids))), 3, "each Get a copy of its own")
+		assert.Equal(t, int64(3), pool.Stats().Handed)
+	})
 }

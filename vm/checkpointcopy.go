@@ -253,18 +253,10 @@ func inspectArchive(path string) (ckpt.Info, int64, error) {
 // cp was taken by a podvm with another agent, all before anything is
 // made. When a later step fails, or ctx ends, what was made is removed.
 func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Option) (VM, error) {
-	if cp == nil {
-		return nil, fmt.Errorf("%w: nil checkpoint", ErrInvalidCheckpoint)
+	if err := cp.restorable(); err != nil {
+		return nil, err
 	}
 	m := cp.meta
-	if m.ID == "" {
-		return nil, fmt.Errorf("%w: a Checkpoint that TakeCheckpoint, OpenCheckpoint or ListCheckpoints did not return", ErrInvalidCheckpoint)
-	}
-	if m.Agent != "" {
-		if d, err := agent.Digest(m.Arch); err != nil || d != m.Agent {
-			return nil, fmt.Errorf("%w: restore: checkpoint %s holds another podvm's agent (%s), which this one cannot speak to", ErrNotSupported, cp.ID, m.Agent)
-		}
-	}
 	cfg := m.Config
 	cfg.Name = ro.Name
 	cfg.Labels = maps.Clone(cfg.Labels)
@@ -309,6 +301,25 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 		return nil, err
 	}
 	return v, nil
+}
+
+// restorable checks what Restore can know of cp without its files: that
+// it is a Checkpoint of this package's making, whose agent this podvm
+// speaks to.
+func (cp *Checkpoint) restorable() error {
+	if cp == nil {
+		return fmt.Errorf("%w: nil checkpoint", ErrInvalidCheckpoint)
+	}
+	m := cp.meta
+	if m.ID == "" {
+		return fmt.Errorf("%w: a Checkpoint that TakeCheckpoint, OpenCheckpoint or ListCheckpoints did not return", ErrInvalidCheckpoint)
+	}
+	if m.Agent != "" {
+		if d, err := agent.Digest(m.Arch); err != nil || d != m.Agent {
+			return fmt.Errorf("%w: restore: checkpoint %s holds another podvm's agent (%s), which this one cannot speak to", ErrNotSupported, cp.ID, m.Agent)
+		}
+	}
+	return nil
 }
 
 // restore makes s, new, from cp.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/vm"
@@ -87,6 +88,34 @@ func ExampleRestore() {
 		}
 		defer c.Remove(context.Background())
 		p := vm.Processes(c)[0] // the counter, on a handle of the copy's
+		_, _ = p.Stdin().Write([]byte("next\n"))
+	}
+}
+
+// Fork a warm sandbox faster than the engine restores: a pool restores
+// copies of the checkpoint ahead of time, and a Get hands out one whose
+// warm process is there already.
+func ExampleNewRestorePool() {
+	ctx := context.Background()
+	cp, err := vm.OpenCheckpoint(os.Getenv("WARM_CHECKPOINT")) // taken earlier: its ID or its path
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	pool, err := vm.NewRestorePool(cp, vm.RestoreOptions{}, nil, vm.WithPoolSize(2))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close(context.Background()) // removes the copies not handed out
+	for range 3 {
+		c, err := pool.Get(ctx)
+		if err != nil {
+			fmt.Println(err) // the restore's error: vm.ErrNotSupported, vm.ErrCheckpointNotFound…
+			return
+		}
+		defer c.Remove(context.Background())
+		p := vm.Processes(c)[0] // the warm process, on a handle of the copy's
 		_, _ = p.Stdin().Write([]byte("next\n"))
 	}
 }

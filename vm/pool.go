@@ -29,7 +29,7 @@ const (
 // ErrPoolClosed: [Pool.Get] was called after [Pool.Close].
 var ErrPoolClosed = errors.New("vm: pool closed")
 
-// PoolOption configures [NewPool].
+// PoolOption configures [NewPool] and [NewRestorePool].
 type PoolOption func(*poolOptions)
 
 type poolOptions struct {
@@ -57,7 +57,8 @@ func WithPoolBackoff(minWait, maxWait time.Duration) PoolOption {
 
 // Pool hands out fresh sandboxes of one [Config] without the wait for
 // Podman to create and start them: it creates up to its size ahead of
-// time, in the background, and refills as they are taken.
+// time, in the background, and refills as they are taken. A pool of
+// [NewRestorePool] does the same with copies of one [Checkpoint].
 //
 // A sandbox from [Pool.Get] is fresh: created for this Get, never handed
 // out before and never handed out again. Give it back by removing it with
@@ -70,12 +71,11 @@ func WithPoolBackoff(minWait, maxWait time.Duration) PoolOption {
 // its pid, which [Reap] removes (narrowed to one pool with [LabelPool]).
 //
 // A Pool is safe for concurrent use. Its zero value is not usable: make
-// one with [NewPool].
+// one with [NewPool] or [NewRestorePool].
 type Pool struct {
-	cfg   Config
-	newVM func(ctx context.Context, cfg Config) (VM, error)
-	o     poolOptions
-	id    string
+	newSandbox func(ctx context.Context) (VM, error) // one sandbox, created
+	o          poolOptions
+	id         string
 
 	ctx    context.Context // of the creates; Close cancels it
 	cancel context.CancelFunc
@@ -134,23 +134,91 @@ func NewPool(cfg Config, newVM func(ctx context.Context, cfg Config) (VM, error)
 	if newVM == nil {
 		newVM = func(ctx context.Context, cfg Config) (VM, error) { return New(ctx, cfg) }
 	}
-	o := poolOptions{size: DefaultPoolSize, creates: DefaultPoolCreates, backoffMin: DefaultPoolBackoffMin, backoffMax: DefaultPoolBackoffMax}
-	for _, opt := range opts {
-		opt(&o)
+	var id string
+	cfg.Labels, id = poolLabels(cfg.Labels)
+	return newPool(id, func(ctx context.Context) (VM, error) {
+		v, err := newVM(ctx, cfg)
+		if err == nil && v == nil {
+			err = fmt.Errorf("%w: the pool's newVM returned no VM and no error", ErrInvalidConfig)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := v.Create(ctx); err != nil {
+			_ = removeDetached(v) // Create removed what it made; this frees the rest
+			return nil, err
+		}
+		return v, nil
+	}, opts), nil
+}
+
+// NewRestorePool returns a pool of copies of cp, each made by restore
+// ahead of [Pool.Get] and handed out once, as [NewPool]'s sandboxes are:
+// a Get finds a copy whose processes (a warm interpreter, a loaded
+// server) are there already, without waiting for the engine's restore.
+// restore makes each copy: [Restore] with options of your choice; if nil,
+// it is Restore with no options. ro gets the label [LabelPool] as
+// NewPool's cfg does.
+//
+// A copy's processes go on from the checkpoint's instant when it is
+// restored, not when it is handed out: while it waits in the pool they
+// run (one waiting for input, as a warm server does, waits there) and
+// its clocks move on. Everything else [Restore] says of a copy holds.
+//
+// cp and ro are checked first, and nothing starts when they fail: a cp
+// that [TakeCheckpoint], [OpenCheckpoint] or [ListCheckpoints] did not
+// return fails with [ErrInvalidCheckpoint], one that holds another
+// podvm's agent with [ErrNotSupported], a ro with a Name with
+// [ErrInvalidConfig]. A restore that fails (the checkpoint removed, the
+// service unable to restore) fails the Gets as a failed create does.
+// Call [Pool.Close] when done.
+func NewRestorePool(cp *Checkpoint, ro RestoreOptions, restore func(ctx context.Context, cp *Checkpoint, ro RestoreOptions) (VM, error), opts ...PoolOption) (*Pool, error) {
+	if err := cp.restorable(); err != nil {
+		return nil, err
 	}
-	cfg.Labels = maps.Clone(cfg.Labels)
-	if cfg.Labels == nil {
-		cfg.Labels = map[string]string{}
+	if ro.Name != "" {
+		return nil, fmt.Errorf("%w: a pool's sandboxes cannot share the name %q", ErrInvalidConfig, ro.Name)
 	}
-	id := cfg.Labels[LabelPool]
+	if restore == nil {
+		restore = func(ctx context.Context, cp *Checkpoint, ro RestoreOptions) (VM, error) { return Restore(ctx, cp, ro) }
+	}
+	var id string
+	ro.Labels, id = poolLabels(ro.Labels)
+	return newPool(id, func(ctx context.Context) (VM, error) {
+		v, err := restore(ctx, cp, ro)
+		if err == nil && v == nil {
+			err = fmt.Errorf("%w: the pool's restore returned no VM and no error", ErrInvalidConfig)
+		}
+		return v, err
+	}, opts), nil
+}
+
+// poolLabels returns a copy of labels with [LabelPool] set, to its value
+// in labels or else a random ID, and that value.
+func poolLabels(labels map[string]string) (map[string]string, string) {
+	labels = maps.Clone(labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	id := labels[LabelPool]
 	if id == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		id = hex.EncodeToString(b[:])
-		cfg.Labels[LabelPool] = id
+		labels[LabelPool] = id
+	}
+	return labels, id
+}
+
+// newPool starts a pool whose sandboxes newSandbox makes, created; when
+// it fails, it has removed what it made.
+func newPool(id string, newSandbox func(ctx context.Context) (VM, error), opts []PoolOption) *Pool {
+	o := poolOptions{size: DefaultPoolSize, creates: DefaultPoolCreates, backoffMin: DefaultPoolBackoffMin, backoffMax: DefaultPoolBackoffMax}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	p := &Pool{
-		cfg: cfg, newVM: newVM, o: o, id: id,
+		newSandbox: newSandbox, o: o, id: id,
 		done: make(chan struct{}),
 		out:  map[*pooledVM]bool{},
 	}
@@ -158,7 +226,7 @@ func NewPool(cfg Config, newVM func(ctx context.Context, cfg Config) (VM, error)
 	p.mu.Lock()
 	p.fill()
 	p.mu.Unlock()
-	return p, nil
+	return p
 }
 
 // ID is the value of the [LabelPool] label on the pool's sandboxes.
@@ -180,8 +248,8 @@ func (p *Pool) ID() string { return p.id }
 //
 // Remove the sandbox when done with it; it is the caller's to remove,
 // from any goroutine, as any [VM] (Create on it fails with
-// [ErrAlreadyCreated]). It wraps the VM newVM made, so a type assertion
-// to *APIVM or *CLIVM fails.
+// [ErrAlreadyCreated]). It wraps the VM newVM or restore made, so a
+// type assertion to *APIVM or *CLIVM fails.
 func (p *Pool) Get(ctx context.Context) (VM, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -336,15 +404,7 @@ func (p *Pool) fill() {
 // keeps it ready.
 func (p *Pool) create() {
 	defer p.wg.Done()
-	v, err := p.newVM(p.ctx, p.cfg)
-	if err == nil && v == nil {
-		err = fmt.Errorf("%w: the pool's newVM returned no VM and no error", ErrInvalidConfig)
-	}
-	if err == nil {
-		if err = v.Create(p.ctx); err != nil {
-			_ = removeDetached(v) // Create removed what it made; this frees the rest
-		}
-	}
+	v, err := p.newSandbox(p.ctx)
 
 	p.mu.Lock()
 	p.creating--
