@@ -31,7 +31,9 @@ import (
 //  1. a warm process: a sandbox whose process takes about 2 s to load a
 //     table of about 200 MiB, cold (create, vm.Start, the warm-up, its
 //     first answer) against vm.Restore of a checkpoint of the warm
-//     sandbox and the first answer of the process the copy adopted;
+//     sandbox and the first answer of the process the copy adopted, and
+//     then, alone, a Get from a filled vm.NewRestorePool of the same
+//     checkpoint to the same answer (the restores done ahead);
 //  2. a small sandbox (the agent alone): vm.Restore to the first Run of
 //     `true`, against a cold Create to the same;
 //
@@ -91,6 +93,7 @@ const (
 const (
 	nameCkptCold       = "cold: Create, vm.Start, warm-up, first answer"
 	nameCkptWarm       = "vm.Restore of the warm checkpoint, the adopted process's first answer"
+	nameCkptPool       = "vm.NewRestorePool of the warm checkpoint, filled (its restores done ahead, untimed): Get, the adopted process's first answer"
 	nameCkptSmallRest  = "vm.Restore, then Run `true`"
 	nameCkptSmallCold  = "cold: Create, then Run `true`"
 	nameCkptImport     = "bindings: containers.Restore of the same archive with ImportArchive and Name (the service's import alone, no answer)"
@@ -104,6 +107,7 @@ const (
 	nameCkptRewrite    = "the archive rewrite alone: ckpt.Rewrite of the archive to a spool file, as vm.Restore does for each copy on the CLI backend (the API backend streams it into the import)"
 	ckptCallTimeout    = 2 * time.Minute  // one operation of the section
 	ckptComparisonTime = 15 * time.Second // a comparison's budget, at most
+	ckptPoolSize       = 2                // the restore pool's
 )
 
 // ckptResult is the section's measurements, or why it was skipped.
@@ -114,6 +118,7 @@ type ckptResult struct {
 	warmRSS            string // the warm process's VmRSS, as its sandbox's /proc says
 	smallSize, warmSz  int64  // archive sizes
 	cold, warm         *series
+	pooled             *series // a Get from a filled restore pool of the warm checkpoint
 	warmImport         *series // the bindings' restore of the warm archive
 	smallImport        *series // and of the small one
 	warmRewrite        *series // podvm's rewrite of the warm archive
@@ -296,6 +301,9 @@ func (c *ckptBench) run(ctx context.Context, r *ckptResult) error {
 	}
 	r.warm, r.cold, r.warmImport, r.warmRewrite = res[0], res[1], res[2], res[3]
 	r.coldWarmup, r.warmRestore = coldWarmup, warmRestore
+	if r.pooled, err = c.pooled(ctx, warmCP, rounds(3, 2), budget); err != nil {
+		return err
+	}
 	if r.take["warm"], err = c.takes(ctx, "warm", warm, 0, rounds(3, 2), budget); err != nil {
 		return err
 	}
@@ -437,6 +445,67 @@ func (c *ckptBench) restoreAsk(cp *vm.Checkpoint) (func(context.Context) (time.D
 		}
 		return d, err
 	}, restore
+}
+
+// pooled measures Gets from a restore pool of cp, each once the pool is
+// filled; the pool is closed, its copies removed, before it returns.
+func (c *ckptBench) pooled(ctx context.Context, cp *vm.Checkpoint, n int, budget time.Duration) (*series, error) {
+	progress("checkpoint: the warm sandbox: a pool of its copies")
+	pool, err := vm.NewRestorePool(cp, vm.RestoreOptions{}, func(ctx context.Context, cp *vm.Checkpoint, ro vm.RestoreOptions) (vm.VM, error) {
+		return vm.Restore(ctx, cp, ro, c.opts...)
+	}, vm.WithPoolSize(ckptPoolSize))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cctx, cancel := removeContext(ctx)
+		defer cancel()
+		if err := pool.Close(cctx); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: checkpoint: closing the restore pool:", err)
+		}
+	}()
+	res, err := measure(ctx, "checkpoint: warm process: from a pool", []alt{{name: nameCkptPool, timed: func(ctx context.Context) (time.Duration, error) {
+		if err := filled(ctx, pool, ckptPoolSize); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		v, err := pool.Get(ctx)
+		if err != nil {
+			return 0, err
+		}
+		defer removeVM(ctx, v)
+		procs := vm.Processes(v)
+		if len(procs) != 1 {
+			return 0, fmt.Errorf("the copy holds %d processes, want the warm one", len(procs))
+		}
+		err = ask(ctx, procs[0], 0)
+		return time.Since(t0), err
+	}}}, 0, n, budget)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// filled waits until pool holds size ready sandboxes, failing when a
+// restore of the pool's failed.
+func filled(ctx context.Context, pool *vm.Pool, size int) error {
+	ctx, cancel := context.WithTimeout(ctx, ckptCallTimeout)
+	defer cancel()
+	for {
+		s := pool.Stats()
+		switch {
+		case s.Ready >= size:
+			return nil
+		case s.LastErr != nil:
+			return fmt.Errorf("the restore pool: %w", s.LastErr)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the restore pool did not fill: %+v: %w", s, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // restoreRun restores a copy of cp and runs `true` in it; the copy's
@@ -676,6 +745,9 @@ func (b *bench) reportCheckpoint(w io.Writer) {
 		ckptRow(w, r.warm, r.cold, "vm.Restore "+ms(r.warmRestore.p50()))
 		ckptRow(w, r.warmImport, r.cold, "")
 		ckptRow(w, r.warmRewrite, r.cold, "")
+		if r.pooled != nil {
+			ckptRow(w, r.pooled, r.cold, fmt.Sprintf("measured after the rows above, alone; %s", runs([]*series{r.pooled})))
+		}
 	}
 	if r.smallRestore != nil {
 		fmt.Fprintf(w, "\n**Checkpoints, a small sandbox** (the agent alone, nothing held; archive %s) to its first Run of `true`; each removed afterwards, untimed; %s\n\n",
@@ -741,6 +813,14 @@ func (b *bench) reportCheckpointTargets(w io.Writer) {
 		t.have, t.pass = true, q <= warmRestoreTarget
 		t.measured = fmt.Sprintf("%.2f× (%s vs %s)", q, ms(r.warm.p50()), ms(r.cold.p50()))
 		t.bound = restoreBound(r.warmRestore, r.warmImport, r.warmRewrite)
+	}
+	ts = append(ts, t)
+	t = target{what: fmt.Sprintf("warm process: a Get from a filled vm.NewRestorePool to the adopted process's first answer p50 ≤ %.2f× cold start and warm-up", warmRestoreTarget)}
+	if r.pooled != nil && r.pooled.ok() && r.cold.ok() {
+		q := float64(r.pooled.p50()) / float64(r.cold.p50())
+		t.have, t.pass = true, q <= warmRestoreTarget
+		t.measured = fmt.Sprintf("%.2f× (%s vs %s)", q, ms(r.pooled.p50()), ms(r.cold.p50()))
+		t.bound = "the copy's agent and the process's answer"
 	}
 	ts = append(ts, t)
 	t = target{what: fmt.Sprintf("small sandbox: vm.Restore to its first Run p50 ≤ %s (for reference: %s)", ms(smallRestoreTarget), e2bResume)}
