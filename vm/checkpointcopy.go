@@ -359,18 +359,21 @@ func (s *sandbox) restore(ctx context.Context, cp *Checkpoint) (err error) {
 	labels[LabelCreated] = strconv.FormatInt(time.Now().Unix(), 10)
 	labels[LabelRestoredFrom] = cp.ID
 	ident := ckpt.Identity{ID: id, Name: name, Labels: labels}
-	// The copy's archive: the checkpoint's rewritten for its identity,
+	// The copy's archive: the checkpoint's rewritten for its identity
+	// (planned first: a bad archive is refused before anything is made),
 	// streamed into an engine that takes it so, else spooled to a file.
+	src, plan, err := planCopy(cp.archive, ident)
+	if err != nil {
+		return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
+	}
+	defer src.Close()
 	var imp func(context.Context) (string, error)
 	if si, ok := c.(driver.StreamImporter); ok {
-		if _, _, err := inspectArchive(cp.archive); err != nil { // before anything is made
-			return fmt.Errorf("vm: restore %s: %w", cp.ID, archiveError(cp.archive, err))
-		}
-		imp = func(ctx context.Context) (string, error) { return importRewritten(ctx, si, cp.archive, ident) }
+		imp = func(ctx context.Context) (string, error) { return importRewritten(ctx, si, src, plan) }
 	} else {
 		spool := filepath.Join(filepath.Dir(cp.archive), spoolName(id[:24], "restore"))
 		defer os.Remove(spool)
-		if err := rewriteArchive(spool, cp.archive, ident); err != nil {
+		if err := spoolRewritten(spool, src, plan); err != nil {
 			return fmt.Errorf("vm: restore %s: %w", cp.ID, err)
 		}
 		imp = func(ctx context.Context) (string, error) { return c.Import(ctx, spool) }
@@ -441,46 +444,52 @@ func newContainerID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// rewriteArchive writes to dst, a new file, the archive at src rewritten
-// for id.
-func rewriteArchive(dst, src string, id ckpt.Identity) error {
-	in, err := os.Open(src)
+// planCopy opens the archive at path and plans its rewrite for id,
+// checking it whole (without reading CRIU's pages).
+func planCopy(path string, id ckpt.Identity) (*os.File, *ckpt.Plan, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return archiveError(src, err)
+		return nil, nil, archiveError(path, err)
 	}
-	defer in.Close()
+	plan, err := ckpt.PlanRewrite(f, id)
+	if err != nil {
+		f.Close()
+		return nil, nil, archiveError(path, err)
+	}
+	return f, plan, nil
+}
+
+// spoolRewritten writes to dst, a new file, the archive src rewritten as
+// plan says: the kernel copies what passes through.
+func spoolRewritten(dst string, src *os.File, plan *ckpt.Plan) error {
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	err = ckpt.Rewrite(out, in, id)
+	_, err = plan.Copy(out, src)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	return archiveError(src, err)
+	return archiveError(src.Name(), err)
 }
 
-// importRewritten uploads the archive at src, rewritten for id as it is
-// read, to the engine's import. A rewrite that fails ends the upload
-// with its error (the engine makes nothing of a cut archive), and is the
-// error returned.
-func importRewritten(ctx context.Context, si driver.StreamImporter, src string, id ckpt.Identity) (string, error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return "", archiveError(src, err)
-	}
-	defer in.Close()
+// importRewritten uploads the archive src, rewritten as plan says while
+// it is read, to the engine's import. A copy that fails (src cut short
+// since it was planned, a read error) ends the upload with its error
+// (the engine makes nothing of a cut archive), and is the error
+// returned.
+func importRewritten(ctx context.Context, si driver.StreamImporter, src *os.File, plan *ckpt.Plan) (string, error) {
 	pr, pw := io.Pipe()
-	rewritten := make(chan error, 1)
+	copied := make(chan error, 1)
 	go func() {
-		err := ckpt.Rewrite(pw, in, id)
+		_, err := plan.Copy(pw, src)
 		pw.CloseWithError(err) // nil: the upload's end
-		rewritten <- err
+		copied <- err
 	}()
 	got, err := si.ImportStream(ctx, pr)
-	pr.CloseWithError(errImportEnded) // a rewrite the import stopped reading ends
-	if rerr := <-rewritten; rerr != nil && !errors.Is(rerr, errImportEnded) {
-		return "", archiveError(src, rerr)
+	pr.CloseWithError(errImportEnded) // a copy the import stopped reading ends
+	if cerr := <-copied; cerr != nil && !errors.Is(cerr, errImportEnded) {
+		return "", archiveError(src.Name(), cerr)
 	}
 	return got, err
 }

@@ -60,9 +60,18 @@ func TestImportRewritten(t *testing.T) {
 	cut := filepath.Join(dir, "cut.tar")
 	require.NoError(t, os.WriteFile(cut, whole[:len(whole)/2], 0o600))
 	id := ckpt.Identity{ID: strings.Repeat("2", 64), Name: "copy", Labels: map[string]string{"c": "d"}}
+	// upload plans the copy of the archive at path and uploads it to u.
+	upload := func(path string, u *uploads) (string, error) {
+		src, plan, err := planCopy(path, id)
+		if err != nil {
+			return "", err
+		}
+		defer src.Close()
+		return importRewritten(ctx, u, src, plan)
+	}
 
 	u := &uploads{}
-	got, err := importRewritten(ctx, u, archive, id)
+	got, err := upload(archive, u)
 	require.NoError(t, err)
 	assert.Equal(t, id.ID, got)
 	info, err := ckpt.Inspect(bytes.NewReader(u.got))
@@ -70,14 +79,25 @@ func TestImportRewritten(t *testing.T) {
 	assert.Equal(t, ckpt.Info{ID: id.ID, Name: "copy", Image: "img", Labels: map[string]string{"c": "d"}}, info, "the engine got the copy's identity")
 
 	u = &uploads{}
-	_, err = importRewritten(ctx, u, cut, id)
+	_, err = upload(cut, u)
+	require.ErrorIs(t, err, ErrInvalidCheckpoint)
+	assert.Nil(t, u.got, "a cut archive is refused before any upload")
+
+	// Cut after it was planned: the upload ends with an error, not its end.
+	f, plan, err := planCopy(archive, id)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, os.Truncate(archive, int64(len(whole)/2)))
+	u = &uploads{}
+	_, err = importRewritten(ctx, u, f, plan)
 	require.ErrorIs(t, err, ErrInvalidCheckpoint)
 	require.Error(t, u.readErr, "the upload of a cut archive ends with an error, not its end")
+	require.NoError(t, os.WriteFile(archive, whole, 0o600))
 
 	u = &uploads{limit: 100}
-	_, err = importRewritten(ctx, u, archive, id)
-	require.ErrorContains(t, err, "the service stopped reading", "the engine's error, once the rewrite stopped too")
+	_, err = upload(archive, u)
+	require.ErrorContains(t, err, "the service stopped reading", "the engine's error, once the copy stopped too")
 
-	_, err = importRewritten(ctx, &uploads{}, filepath.Join(dir, "gone.tar"), id)
+	_, err = upload(filepath.Join(dir, "gone.tar"), &uploads{})
 	require.ErrorIs(t, err, ErrCheckpointNotFound)
 }

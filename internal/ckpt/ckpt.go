@@ -10,13 +10,15 @@
 // refuses a new name with established TCP connections, so a copy that is
 // a sandbox of its own (its own ID, owner and token) is made by
 // rewriting those two files on the way to the restore. Every other entry
-// passes through as it came, read once, never held whole.
+// passes through byte for byte, read once (from a file to a file, copied
+// in the kernel), never held whole.
 //
 // The package knows the archive's layout and nothing of Podman's API.
 package ckpt
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,7 +92,7 @@ func (id Identity) check() error {
 // CRIU's page images are read past, never held.
 func Inspect(r io.Reader) (Info, error) {
 	var info Info
-	err := walk(r, func(name string, _ *tar.Header, body io.Reader) error {
+	err := walk(r, func(name string, _ *tar.Header, body io.Reader, _, _ int64) error {
 		if name != ConfigDump {
 			return nil
 		}
@@ -123,15 +125,52 @@ func decodeConfig(b []byte) (Info, error) {
 
 // Rewrite copies the archive r to w with config.dump and spec.dump
 // rewritten for id, every other entry as it came, and checks r as
-// Inspect does. What it wrote of a bad archive is no archive: the caller
-// drops it (a restore reading w fails on it). Fields of the two files
-// that Rewrite does not change are kept as they were, unknown ones too.
-func Rewrite(w io.Writer, r io.Reader, id Identity) error {
-	if err := id.check(); err != nil {
+// Inspect does first: it is [PlanRewrite], then [Plan.Copy] from r.
+// What it wrote of an archive that changed meanwhile is no archive: the
+// caller drops it (a restore reading w fails on it).
+func Rewrite(w io.Writer, r io.ReadSeeker, id Identity) error {
+	p, err := PlanRewrite(r, id)
+	if err != nil {
 		return err
 	}
-	tw := tar.NewWriter(w)
-	err := walk(r, func(name string, h *tar.Header, body io.Reader) error {
+	_, err = p.Copy(w, r)
+	return err
+}
+
+// Plan is an archive rewritten for an [Identity], as ranges of the
+// source archive that pass through byte for byte (CRIU's pages, the
+// layer's changes: all but a few KiB) and the rewritten entries between
+// them, so that writing it reads each byte of the source once and holds
+// none of it whole, and a file copies to a file in the kernel.
+type Plan struct {
+	parts []part
+	size  int64
+}
+
+// part is a rewritten entry (its header, body and padding), or, where
+// data is nil, n bytes of the source from off.
+type part struct {
+	data   []byte
+	off, n int64
+}
+
+// PlanRewrite reads the archive r from where r is, checking it as
+// [Inspect] does, and returns how to write it rewritten for id:
+// config.dump and spec.dump rewritten, fields of theirs that it does not
+// change kept as they were (unknown ones too), and every other entry as
+// it came. It reads the two files whole and seeks past the other bodies,
+// reading their last byte (a body cut short is found, CRIU's pages are
+// not read).
+func PlanRewrite(r io.ReadSeeker, id Identity) (*Plan, error) {
+	if err := id.check(); err != nil {
+		return nil, err
+	}
+	base, err := r.Seek(0, io.SeekCurrent) // the archive starts where r is
+	if err != nil {
+		return nil, err
+	}
+	p := new(Plan)
+	err = walk(r, func(name string, h *tar.Header, body io.Reader, from, start int64) error {
 		var edit func([]byte) ([]byte, error)
 		switch name {
 		case ConfigDump:
@@ -139,11 +178,8 @@ func Rewrite(w io.Writer, r io.Reader, id Identity) error {
 		case SpecDump:
 			edit = id.spec
 		default:
-			if err := tw.WriteHeader(h); err != nil {
-				return err
-			}
-			_, err := io.Copy(tw, body)
-			return err
+			p.pass(base+from, start+padded(dataSize(h))-from)
+			return nil
 		}
 		b, err := readDump(name, body)
 		if err != nil {
@@ -152,19 +188,81 @@ func Rewrite(w io.Writer, r io.Reader, id Identity) error {
 		if b, err = edit(b); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
 		}
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
 		nh := *h
 		nh.Size = int64(len(b))
 		if err := tw.WriteHeader(&nh); err != nil {
 			return err
 		}
-		_, err = tw.Write(b)
-		return err
+		if _, err := tw.Write(b); err != nil {
+			return err
+		}
+		if err := tw.Flush(); err != nil { // the body's padding; no end blocks
+			return err
+		}
+		p.add(part{data: buf.Bytes()})
+		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return tw.Close()
+	p.add(part{data: make([]byte, 2*blockSize)}) // the end of the archive
+	return p, nil
 }
+
+// pass adds n bytes of the source from off, joined to the range before
+// when they follow it.
+func (p *Plan) pass(off, n int64) {
+	if k := len(p.parts) - 1; k >= 0 && p.parts[k].data == nil && p.parts[k].off+p.parts[k].n == off {
+		p.parts[k].n += n
+		p.size += n
+		return
+	}
+	p.add(part{off: off, n: n})
+}
+
+func (p *Plan) add(pt part) {
+	p.parts = append(p.parts, pt)
+	p.size += pt.n + int64(len(pt.data))
+}
+
+// Size is the length in bytes of the rewritten archive.
+func (p *Plan) Size() int64 { return p.size }
+
+// Copy writes the rewritten archive to w, reading what passes through
+// from src, the archive [PlanRewrite] read, and returns how many bytes
+// it wrote. From a file to a file the kernel copies those ranges
+// (copy_file_range). A src shorter than it was when planned fails with
+// [ErrInvalid] and [io.ErrUnexpectedEOF], a failure to read src as it is.
+func (p *Plan) Copy(w io.Writer, src io.ReadSeeker) (int64, error) {
+	var written int64
+	for _, pt := range p.parts {
+		if pt.data != nil {
+			n, err := w.Write(pt.data)
+			written += int64(n)
+			if err != nil {
+				return written, err
+			}
+			continue
+		}
+		if _, err := src.Seek(pt.off, io.SeekStart); err != nil {
+			return written, err
+		}
+		n, err := io.Copy(w, &io.LimitedReader{R: src, N: pt.n})
+		written += n
+		if err != nil {
+			return written, err
+		}
+		if n < pt.n {
+			return written, fmt.Errorf("%w: the archive was cut short since it was read: %w", ErrInvalid, io.ErrUnexpectedEOF)
+		}
+	}
+	return written, nil
+}
+
+// padded is n rounded up to whole blocks.
+func padded(n int64) int64 { return (n + blockSize - 1) / blockSize * blockSize }
 
 // config rewrites config.dump: the ID, name and labels.
 func (id Identity) config(b []byte) ([]byte, error) {
@@ -235,7 +333,11 @@ func (id Identity) spec(b []byte) ([]byte, error) {
 // entry: an archive cut between entries reads as a shorter one to
 // archive/tar) and held every entry a restore needs. An entry named twice
 // is refused: which one Podman would take is not for podvm to guess.
-func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error) error {
+//
+// f gets, besides the entry, where its first header begins in r (from:
+// a long name's or extended header's comes first) and where its body
+// begins (start).
+func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader, from, start int64) error) error {
 	cr := &counter{r: r}
 	tr := tar.NewReader(cr)
 	seen := map[string]bool{}
@@ -250,7 +352,7 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 		if err == io.EOF {
 			// Two zero blocks after the last entry, and after any header
 			// read since (a long name's, whose entry the cut took).
-			last := max(end, (cr.nonZero+blockSize-1)/blockSize*blockSize)
+			last := max(end, padded(cr.nonZero))
 			if cr.n < last+2*blockSize {
 				return fmt.Errorf("%w: cut short: no end-of-archive blocks", ErrInvalid)
 			}
@@ -271,7 +373,7 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 		}
 		seen[name] = true
 		start := cr.n // the header's end: tar reads no further ahead
-		switch err := f(name, h, tr); {
+		switch err := f(name, h, tr, end, start); {
 		case err == nil:
 		case cr.err != nil:
 			return cr.err
@@ -281,7 +383,7 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader) error)
 			return err
 		}
 		last = name
-		end = start + (dataSize(h)+blockSize-1)/blockSize*blockSize // the body and its padding
+		end = start + padded(dataSize(h)) // the body and its padding
 	}
 	for _, need := range []string{ConfigDump, SpecDump, Inventory} {
 		if !seen[need] {

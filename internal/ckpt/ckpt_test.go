@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -38,6 +40,7 @@ var whole = []entry{
 	{name: "checkpoint", dir: true},
 	{name: "checkpoint/inventory.img", body: "inventory"},
 	{name: "checkpoint/pages-1.img", body: strings.Repeat("\x00\x01pages", 2000)},
+	{name: "checkpoint/" + strings.Repeat("a-long-name-", 12) + ".img", body: "an extended header before it"},
 	{name: "config.dump", body: config},
 	{name: "./spec.dump", body: spec},
 	{name: "rootfs-diff.tar", body: "layer"},
@@ -64,6 +67,22 @@ func archive(t testing.TB, entries []entry) []byte {
 func entries(t *testing.T, b []byte) map[string]string {
 	t.Helper()
 	got := map[string]string{}
+	for name, e := range read(t, b) {
+		got[name] = e.body
+	}
+	return got
+}
+
+// read reads an archive back: each entry's header and body by its name.
+func read(t *testing.T, b []byte) map[string]struct {
+	h    *tar.Header
+	body string
+} {
+	t.Helper()
+	got := map[string]struct {
+		h    *tar.Header
+		body string
+	}{}
 	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
@@ -73,7 +92,10 @@ func entries(t *testing.T, b []byte) map[string]string {
 		require.NoError(t, err)
 		body, err := io.ReadAll(tr)
 		require.NoError(t, err)
-		got[h.Name] = string(body)
+		got[h.Name] = struct {
+			h    *tar.Header
+			body string
+		}{h, string(body)}
 	}
 }
 
@@ -95,17 +117,18 @@ func TestRewrite(t *testing.T) {
 		Mounts: map[string]string{"/.podvm/ch": "/var/empty/ch"}}
 	require.NoError(t, Rewrite(&out, bytes.NewReader(src), id))
 
-	before, after := entries(t, src), entries(t, out.Bytes())
+	before, after := read(t, src), read(t, out.Bytes())
 	require.Len(t, after, len(before), "entries")
-	for name, body := range before {
+	for name, e := range before {
 		if name == "config.dump" || name == "./spec.dump" {
 			continue
 		}
-		assert.Equal(t, body, after[name], "%s passes through", name)
+		assert.Equal(t, e, after[name], "%s passes through, its header too", name)
 	}
+	assert.Equal(t, make([]byte, 2*blockSize), out.Bytes()[out.Len()-2*blockSize:], "the end of the archive")
 
 	var c map[string]any
-	require.NoError(t, json.Unmarshal([]byte(after["config.dump"]), &c))
+	require.NoError(t, json.Unmarshal([]byte(after["config.dump"].body), &c))
 	assert.Equal(t, newID, c["id"])
 	assert.Equal(t, "podvm-copy", c["name"])
 	assert.Equal(t, map[string]any{"io.podvm.token": "t2", "a": "b"}, c["labels"])
@@ -116,7 +139,7 @@ func TestRewrite(t *testing.T) {
 		Mounts []struct{ Destination, Source string }
 		Other  bool
 	}
-	require.NoError(t, json.Unmarshal([]byte(after["./spec.dump"]), &s))
+	require.NoError(t, json.Unmarshal([]byte(after["./spec.dump"].body), &s))
 	assert.Equal(t, "proc", s.Mounts[0].Source, "a mount not named")
 	assert.Equal(t, "/var/empty/ch", s.Mounts[1].Source, "the mount named")
 	assert.True(t, s.Other)
@@ -195,8 +218,8 @@ func TestReadFailure(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
 	full := archive(t, whole)
-	for name, at := range map[string]int{"inside a body": 2*blockSize + 100, "at a header": 2 * blockSize} {
-		r := io.MultiReader(bytes.NewReader(full[:at]), failing{boom})
+	for name, at := range map[string]int64{"inside a body": 2*blockSize + 100, "at a header": 2 * blockSize} {
+		r := &failingAt{Reader: bytes.NewReader(full), at: at, err: boom}
 		err := Rewrite(io.Discard, r, Identity{ID: newID, Name: "c"})
 		require.ErrorIs(t, err, boom, name)
 		assert.NotErrorIs(t, err, ErrInvalid, name)
@@ -220,9 +243,60 @@ func TestHeaderOnlyEntries(t *testing.T) {
 	require.NoError(t, err)
 }
 
-type failing struct{ err error }
+// failingAt reads as its Reader does up to offset at, then fails with
+// err.
+type failingAt struct {
+	*bytes.Reader
+	at  int64
+	err error
+}
 
-func (f failing) Read([]byte) (int, error) { return 0, f.err }
+func (f *failingAt) Read(p []byte) (int, error) {
+	pos := f.Size() - int64(f.Len())
+	if pos >= f.at {
+		return 0, f.err
+	}
+	return f.Reader.Read(p[:min(int64(len(p)), f.at-pos)])
+}
+
+// What a plan writes is as long as it says, and a source cut short
+// since it was planned ends the copy with an error, never a shorter
+// archive that ends as a whole one would; from a file to a file it is
+// the same archive.
+func TestPlanCopy(t *testing.T) {
+	t.Parallel()
+	src := archive(t, whole)
+	id := Identity{ID: newID, Name: "c"}
+	p, err := PlanRewrite(bytes.NewReader(src), id)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	n, err := p.Copy(&out, bytes.NewReader(src))
+	require.NoError(t, err)
+	assert.Equal(t, p.Size(), n)
+	assert.Equal(t, int64(out.Len()), n)
+
+	for _, cut := range []int{len(src) / 2, len(src) - 3*blockSize} {
+		_, err := p.Copy(io.Discard, bytes.NewReader(src[:cut]))
+		require.ErrorIs(t, err, ErrInvalid, "cut at %d", cut)
+		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut at %d", cut)
+	}
+
+	dir := t.TempDir()
+	in, err := os.Create(filepath.Join(dir, "src.tar"))
+	require.NoError(t, err)
+	defer in.Close()
+	_, err = in.Write(append([]byte("not the archive"), src...))
+	require.NoError(t, err)
+	_, err = in.Seek(int64(len("not the archive")), io.SeekStart) // it starts where the file is
+	require.NoError(t, err)
+	dst, err := os.Create(filepath.Join(dir, "copy.tar"))
+	require.NoError(t, err)
+	defer dst.Close()
+	require.NoError(t, Rewrite(dst, in, id))
+	got, err := os.ReadFile(dst.Name())
+	require.NoError(t, err)
+	assert.Equal(t, out.Bytes(), got)
+}
 
 // Whatever the bytes, Rewrite and Inspect return an error or an archive
 // that restores as the identity given, and never panic.
@@ -253,6 +327,9 @@ func FuzzRewrite(f *testing.F) {
 		info, err := Inspect(bytes.NewReader(out.Bytes()))
 		if err != nil {
 			t.Fatalf("the rewritten archive: %v", err)
+		}
+		if p, _ := PlanRewrite(bytes.NewReader(b), Identity{ID: newID, Name: "c"}); p.Size() != int64(out.Len()) {
+			t.Fatalf("planned %d bytes, wrote %d", p.Size(), out.Len())
 		}
 		if info.ID != newID || info.Name != "c" {
 			t.Fatalf("rewritten as %+v", info)
