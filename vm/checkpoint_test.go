@@ -64,7 +64,7 @@ func TestCheckpointSupportRefusals(t *testing.T) {
 		unreachable := fmt.Errorf("info: %w", ErrUnavailable)
 		failed := fmt.Errorf("info: %w", ErrPodman)
 		rootless := fmt.Errorf("%w: rootless", ErrNotSupported)
-		d := &refusing{localDriver: localDriver{service: t.Name()}, answers: []error{unreachable, failed, rootless}}
+		d := &refusing{localDriver: localDriver{service: t.Name() + "/" + randomHex()}, answers: []error{unreachable, failed, rootless}}
 		v := &APIVM{}
 		v.d = d
 		v.prepare(Config{Image: "x"})
