@@ -3,7 +3,10 @@ package psk
 import (
 	"bufio"
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -266,3 +269,60 @@ type writerConn struct {
 }
 
 func (c writerConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// taped records what its Conn reads and writes.
+type taped struct {
+	net.Conn
+	in, out bytes.Buffer
+}
+
+func (c *taped) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.in.Write(p[:n])
+	return n, err
+}
+
+func (c *taped) Write(p []byte) (int, error) {
+	c.out.Write(p)
+	return c.Conn.Write(p)
+}
+
+// A record on the wire is what the package says: its length, then the
+// plaintext sealed with AES-128-GCM under the first 16 bytes of
+// HMAC-SHA256(key, "podvm-psk c2s" ‖ nC ‖ nS), the record's number as
+// nonce and its length as additional data.
+func TestRecordsAreAsDocumented(t *testing.T) {
+	key := NewKey()
+	c1, c2 := net.Pipe()
+	tape := &taped{Conn: c1}
+	accepted := make(chan *Conn, 1)
+	go func() {
+		a, err := Accept(c2, key)
+		assert.NoError(t, err)
+		accepted <- a
+	}()
+	d, err := Dial(tape, key)
+	require.NoError(t, err)
+	a := <-accepted
+	require.NotNil(t, a)
+	defer a.Close()
+	handshake := tape.out.Len()
+	go func() { _, _ = d.Write([]byte("hello")) }()
+	got := make([]byte, 5)
+	_, err = io.ReadFull(a, got)
+	require.NoError(t, err)
+
+	var nc, ns [nonceSize]byte
+	copy(nc[:], tape.out.Bytes()[len(Magic):])
+	copy(ns[:], tape.in.Bytes())
+	record := tape.out.Bytes()[handshake:]
+	require.Len(t, record, 4+5+tagSize)
+	assert.Equal(t, uint32(5+tagSize), binary.BigEndian.Uint32(record))
+	block, err := aes.NewCipher(mac(key, "podvm-psk c2s", nc, ns)[:16])
+	require.NoError(t, err)
+	g, err := cipher.NewGCM(block)
+	require.NoError(t, err)
+	plain, err := g.Open(nil, make([]byte, 12), record[4:], record[:4])
+	require.NoError(t, err, "opens as AES-128-GCM")
+	assert.Equal(t, "hello", string(plain))
+}
