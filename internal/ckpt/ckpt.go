@@ -10,8 +10,9 @@
 // refuses a new name with established TCP connections, so a copy that is
 // a sandbox of its own (its own ID, owner and token) is made by
 // rewriting those two files on the way to the restore. Every other entry
-// passes through byte for byte, read once (from a file to a file, copied
-// in the kernel), never held whole.
+// passes through byte for byte (from a file to a file, copied in the
+// kernel), never held whole: its body is read once, by the copy, its
+// header and last byte once more, by the check that plans it.
 //
 // The package knows the archive's layout and nothing of Podman's API.
 package ckpt
@@ -26,6 +27,7 @@ import (
 	"maps"
 	"path"
 	"regexp"
+	"strings"
 )
 
 // The entries every archive Podman exports holds.
@@ -125,9 +127,10 @@ func decodeConfig(b []byte) (Info, error) {
 
 // Rewrite copies the archive r to w with config.dump and spec.dump
 // rewritten for id, every other entry as it came, and checks r as
-// Inspect does first: it is [PlanRewrite], then [Plan.Copy] from r.
-// What it wrote of an archive that changed meanwhile is no archive: the
-// caller drops it (a restore reading w fails on it).
+// Inspect does first: it is [PlanRewrite], then [Plan.Copy] from r. r
+// must not change in between (a checkpoint's archive is written once):
+// one cut short meanwhile fails, and what was written of it is no
+// archive, which the caller drops.
 func Rewrite(w io.Writer, r io.ReadSeeker, id Identity) error {
 	p, err := PlanRewrite(r, id)
 	if err != nil {
@@ -140,8 +143,8 @@ func Rewrite(w io.Writer, r io.ReadSeeker, id Identity) error {
 // Plan is an archive rewritten for an [Identity], as ranges of the
 // source archive that pass through byte for byte (CRIU's pages, the
 // layer's changes: all but a few KiB) and the rewritten entries between
-// them, so that writing it reads each byte of the source once and holds
-// none of it whole, and a file copies to a file in the kernel.
+// them, so that writing it copies each body once and holds none of it
+// whole, and a file copies to a file in the kernel.
 type Plan struct {
 	parts []part
 	size  int64
@@ -178,7 +181,7 @@ func PlanRewrite(r io.ReadSeeker, id Identity) (*Plan, error) {
 		case SpecDump:
 			edit = id.spec
 		default:
-			p.pass(base+from, start+padded(dataSize(h))-from)
+			p.pass(base+from, entryEnd(h, start)-from)
 			return nil
 		}
 		b, err := readDump(name, body)
@@ -335,8 +338,9 @@ func (id Identity) spec(b []byte) ([]byte, error) {
 // is refused: which one Podman would take is not for podvm to guess.
 //
 // f gets, besides the entry, where its first header begins in r (from:
-// a long name's or extended header's comes first) and where its body
-// begins (start).
+// a long name's or extended header's comes first) and where what is
+// left of it begins (start): its body, or for a PAX global header, whose
+// records tar has read, the padding after them.
 func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader, from, start int64) error) error {
 	cr := &counter{r: r}
 	tr := tar.NewReader(cr)
@@ -372,6 +376,9 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader, from, 
 			return fmt.Errorf("%w: %s twice", ErrInvalid, name)
 		}
 		seen[name] = true
+		if sparse(h) {
+			return fmt.Errorf("%w: %s is a sparse file, which Podman never writes", ErrInvalid, name)
+		}
 		start := cr.n // the header's end: tar reads no further ahead
 		switch err := f(name, h, tr, end, start); {
 		case err == nil:
@@ -383,7 +390,7 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader, from, 
 			return err
 		}
 		last = name
-		end = start + padded(dataSize(h)) // the body and its padding
+		end = entryEnd(h, start)
 	}
 	for _, need := range []string{ConfigDump, SpecDump, Inventory} {
 		if !seen[need] {
@@ -392,6 +399,12 @@ func walk(r io.Reader, f func(name string, h *tar.Header, body io.Reader, from, 
 	}
 	return nil
 }
+
+// entryEnd is where the entry of h, whose body begins at start, ends:
+// after its body and the body's padding. (A PAX global header's Next
+// returns with its body read, start past it: the padding is what is
+// left.)
+func entryEnd(h *tar.Header, start int64) int64 { return padded(start + dataSize(h)) }
 
 // dataSize is how many bytes of body follow h in the archive: none for
 // the types that have none whatever their size says (a hard link's may
@@ -403,6 +416,20 @@ func dataSize(h *tar.Header) int64 {
 		return 0
 	}
 	return h.Size
+}
+
+// sparse reports whether h is a sparse file's, old GNU or PAX: its body
+// in the archive is not its size, which a plan could not place.
+func sparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // readDump reads the body of a .dump entry, refusing one too large to be

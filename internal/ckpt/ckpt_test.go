@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -328,7 +329,11 @@ func FuzzRewrite(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the rewritten archive: %v", err)
 		}
-		if p, _ := PlanRewrite(bytes.NewReader(b), Identity{ID: newID, Name: "c"}); p.Size() != int64(out.Len()) {
+		p, err := PlanRewrite(bytes.NewReader(b), Identity{ID: newID, Name: "c"})
+		if err != nil {
+			t.Fatalf("Rewrite took it, PlanRewrite did not: %v", err)
+		}
+		if p.Size() != int64(out.Len()) {
 			t.Fatalf("planned %d bytes, wrote %d", p.Size(), out.Len())
 		}
 		if info.ID != newID || info.Name != "c" {
@@ -402,5 +407,70 @@ func TestCutAfterLongNameHeader(t *testing.T) {
 				require.ErrorIs(t, err, ErrInvalid, "%v cut at %d (the entry at %d)", format, cut, at)
 			}
 		}
+	}
+}
+
+// A PAX global header, whose body archive/tar reads before Next returns,
+// passes through with its padding, the entry after it where it was.
+func TestGlobalHeaderBeforeARewrittenEntry(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range whole {
+		if e.name == "config.dump" {
+			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"comment": "from elsewhere"}}))
+		}
+		h := &tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
+		if e.dir {
+			h = &tar.Header{Name: e.name + "/", Mode: 0o700, Typeflag: tar.TypeDir}
+		}
+		require.NoError(t, tw.WriteHeader(h))
+		_, err := tw.Write([]byte(e.body))
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	var out bytes.Buffer
+	require.NoError(t, Rewrite(&out, bytes.NewReader(b.Bytes()), Identity{ID: newID, Name: "c"}))
+	info, err := Inspect(bytes.NewReader(out.Bytes()))
+	require.NoError(t, err)
+	assert.Equal(t, newID, info.ID)
+	assert.Equal(t, entries(t, archive(t, whole))["checkpoint/pages-1.img"], entries(t, out.Bytes())["checkpoint/pages-1.img"])
+}
+
+// A sparse file's body in the archive is not its size: an archive with
+// one (GNU tar's two ways; Podman writes none) is refused, not copied
+// to a wrong place.
+func TestSparseRefused(t *testing.T) {
+	t.Parallel()
+	if _, err := osexec.LookPath("tar"); err != nil {
+		t.Skip("needs GNU tar to make a sparse archive")
+	}
+	dir := t.TempDir()
+	for _, e := range whole {
+		p := filepath.Join(dir, e.name)
+		if e.dir {
+			require.NoError(t, os.MkdirAll(p, 0o700))
+			continue
+		}
+		require.NoError(t, os.WriteFile(p, []byte(e.body), 0o600))
+	}
+	holes, err := os.Create(filepath.Join(dir, "checkpoint", "pages-2.img"))
+	require.NoError(t, err)
+	_, err = holes.WriteAt([]byte("data after a hole"), 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, holes.Close())
+	for _, format := range []string{"gnu", "posix"} {
+		out := filepath.Join(t.TempDir(), format+".tar")
+		// The sparse file first, everything a restore needs after it.
+		b, err := osexec.Command("tar", "-C", dir, "--sparse", "--format="+format, "-cf", out,
+			"checkpoint/pages-2.img", "checkpoint/inventory.img", "checkpoint/pages-1.img", "config.dump", "spec.dump", "rootfs-diff.tar").CombinedOutput()
+		require.NoError(t, err, "%s", b)
+		archive, err := os.ReadFile(out)
+		require.NoError(t, err)
+		err = Rewrite(io.Discard, bytes.NewReader(archive), Identity{ID: newID, Name: "c"})
+		require.ErrorIs(t, err, ErrInvalid, format)
+		assert.ErrorContains(t, err, "sparse", format)
+		_, err = Inspect(bytes.NewReader(archive))
+		assert.ErrorContains(t, err, "sparse", "Inspect refuses it too (%s)", format)
 	}
 }
