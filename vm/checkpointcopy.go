@@ -55,7 +55,8 @@ type RestoreOptions struct {
 	// Name is the new sandbox's container name; "" lets podvm choose one,
 	// "podvm-" and 12 hex digits.
 	Name string
-	// Labels are added to the source's Config.Labels.
+	// Labels are added to the source's Config.Labels, less [LabelPool]:
+	// a copy is no pool's sandbox unless Labels says so.
 	Labels map[string]string
 }
 
@@ -253,17 +254,10 @@ func inspectArchive(path string) (ckpt.Info, int64, error) {
 // cp was taken by a podvm with another agent, all before anything is
 // made. When a later step fails, or ctx ends, what was made is removed.
 func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Option) (VM, error) {
-	if err := cp.restorable(); err != nil {
+	cfg, err := cp.copyConfig(ro)
+	if err != nil {
 		return nil, err
 	}
-	m := cp.meta
-	cfg := m.Config
-	cfg.Name = ro.Name
-	cfg.Labels = maps.Clone(cfg.Labels)
-	if cfg.Labels == nil {
-		cfg.Labels = map[string]string{}
-	}
-	maps.Copy(cfg.Labels, ro.Labels)
 	if _, err := os.Stat(cp.archive); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s: its archive %s is gone", ErrCheckpointNotFound, cp.ID, cp.archive)
 	}
@@ -271,12 +265,6 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 	// from a directory that is the caller's alone, which nobody else
 	// can have planted it in.
 	if err := checkCheckpointDir(filepath.Dir(cp.archive)); err != nil {
-		return nil, err
-	}
-	if len(m.Processes) > MaxProcesses {
-		return nil, fmt.Errorf("%w: %s holds %d processes of vm.Start, more than a sandbox holds (vm.MaxProcesses %d)", ErrLimit, cp.ID, len(m.Processes), MaxProcesses)
-	}
-	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	o := newOptions(opts)
@@ -303,23 +291,40 @@ func Restore(ctx context.Context, cp *Checkpoint, ro RestoreOptions, opts ...Opt
 	return v, nil
 }
 
-// restorable checks what Restore can know of cp without its files: that
-// it is a Checkpoint of this package's making, whose agent this podvm
-// speaks to.
-func (cp *Checkpoint) restorable() error {
+// copyConfig is the Config of a copy of cp that ro describes, checked
+// with all Restore can know without cp's files: that cp is a Checkpoint
+// of this package's making, whose agent this podvm speaks to, and holds
+// no more processes than a sandbox does. The copy's labels are the
+// source's, less [LabelPool] (a copy is no pool's sandbox unless ro says
+// so), and ro's.
+func (cp *Checkpoint) copyConfig(ro RestoreOptions) (Config, error) {
 	if cp == nil {
-		return fmt.Errorf("%w: nil checkpoint", ErrInvalidCheckpoint)
+		return Config{}, fmt.Errorf("%w: nil checkpoint", ErrInvalidCheckpoint)
 	}
 	m := cp.meta
 	if m.ID == "" {
-		return fmt.Errorf("%w: a Checkpoint that TakeCheckpoint, OpenCheckpoint or ListCheckpoints did not return", ErrInvalidCheckpoint)
+		return Config{}, fmt.Errorf("%w: a Checkpoint that TakeCheckpoint, OpenCheckpoint or ListCheckpoints did not return", ErrInvalidCheckpoint)
 	}
 	if m.Agent != "" {
 		if d, err := agent.Digest(m.Arch); err != nil || d != m.Agent {
-			return fmt.Errorf("%w: restore: checkpoint %s holds another podvm's agent (%s), which this one cannot speak to", ErrNotSupported, cp.ID, m.Agent)
+			return Config{}, fmt.Errorf("%w: restore: checkpoint %s holds another podvm's agent (%s), which this one cannot speak to", ErrNotSupported, cp.ID, m.Agent)
 		}
 	}
-	return nil
+	if len(m.Processes) > MaxProcesses {
+		return Config{}, fmt.Errorf("%w: %s holds %d processes of vm.Start, more than a sandbox holds (vm.MaxProcesses %d)", ErrLimit, cp.ID, len(m.Processes), MaxProcesses)
+	}
+	cfg := m.Config
+	cfg.Name = ro.Name
+	cfg.Labels = maps.Clone(cfg.Labels)
+	if cfg.Labels == nil {
+		cfg.Labels = map[string]string{}
+	}
+	delete(cfg.Labels, LabelPool)
+	maps.Copy(cfg.Labels, ro.Labels)
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
 }
 
 // restore makes s, new, from cp.

@@ -165,19 +165,20 @@ func NewPool(cfg Config, newVM func(ctx context.Context, cfg Config) (VM, error)
 // run (one waiting for input, as a warm server does, waits there) and
 // its clocks move on. Everything else [Restore] says of a copy holds.
 //
-// cp and ro are checked first, and nothing starts when they fail: a cp
-// that [TakeCheckpoint], [OpenCheckpoint] or [ListCheckpoints] did not
-// return fails with [ErrInvalidCheckpoint], one that holds another
-// podvm's agent with [ErrNotSupported], a ro with a Name with
-// [ErrInvalidConfig]. A restore that fails (the checkpoint removed, the
+// cp and ro are checked first, as Restore checks them before it reads
+// cp's files, and nothing starts when they fail: a cp that
+// [TakeCheckpoint], [OpenCheckpoint] or [ListCheckpoints] did not return
+// fails with [ErrInvalidCheckpoint], one that holds another podvm's
+// agent with [ErrNotSupported], a ro with a Name or labels a Config
+// refuses with [ErrInvalidConfig]. A restore that fails (the checkpoint removed, the
 // service unable to restore) fails the Gets as a failed create does.
 // Call [Pool.Close] when done.
 func NewRestorePool(cp *Checkpoint, ro RestoreOptions, restore func(ctx context.Context, cp *Checkpoint, ro RestoreOptions) (VM, error), opts ...PoolOption) (*Pool, error) {
-	if err := cp.restorable(); err != nil {
-		return nil, err
-	}
 	if ro.Name != "" {
 		return nil, fmt.Errorf("%w: a pool's sandboxes cannot share the name %q", ErrInvalidConfig, ro.Name)
+	}
+	if _, err := cp.copyConfig(ro); err != nil {
+		return nil, err
 	}
 	if restore == nil {
 		restore = func(ctx context.Context, cp *Checkpoint, ro RestoreOptions) (VM, error) { return Restore(ctx, cp, ro) }
@@ -186,7 +187,11 @@ func NewRestorePool(cp *Checkpoint, ro RestoreOptions, restore func(ctx context.
 	ro.Labels, id = poolLabels(ro.Labels)
 	return newPool(id, func(ctx context.Context) (VM, error) {
 		v, err := restore(ctx, cp, ro)
-		if err == nil && v == nil {
+		switch {
+		case err != nil && v != nil:
+			_ = removeDetached(v) // a restore of the caller's may return both
+			return nil, err
+		case err == nil && v == nil:
 			err = fmt.Errorf("%w: the pool's restore returned no VM and no error", ErrInvalidConfig)
 		}
 		return v, err

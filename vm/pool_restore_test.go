@@ -71,7 +71,9 @@ func TestRestorePool(t *testing.T) {
 		assert.Empty(t, ro.Name)
 	}
 	mu.Unlock()
-	assert.Equal(t, "copy-a", v.ID())
+	mu.Lock()
+	assert.Contains(t, []string{copies[0].id, copies[1].id}, v.ID(), "one of the first two restores")
+	mu.Unlock()
 	require.NoError(t, v.Remove(ctx))
 	require.NoError(t, p.Close(ctx))
 	mu.Lock()
@@ -103,8 +105,11 @@ func TestRestorePoolRefusals(t *testing.T) {
 	other.meta.Agent = "sha256:another"
 	_, err = NewRestorePool(&other, RestoreOptions{}, never)
 	require.ErrorIs(t, err, ErrNotSupported)
+	_, err = NewRestorePool(cp, RestoreOptions{Labels: map[string]string{"a=b": "c"}}, never)
+	require.ErrorIs(t, err, ErrInvalidConfig, "a label no Config takes")
 
 	gone := errors.New("the service cannot restore")
+	half := &restoredCopy{id: "half-made"}
 	for _, tt := range []struct {
 		name    string
 		restore func(context.Context, *Checkpoint, RestoreOptions) (VM, error)
@@ -112,6 +117,7 @@ func TestRestorePoolRefusals(t *testing.T) {
 	}{
 		{"error", func(context.Context, *Checkpoint, RestoreOptions) (VM, error) { return nil, gone }, gone},
 		{"nil VM", func(context.Context, *Checkpoint, RestoreOptions) (VM, error) { return nil, nil }, ErrInvalidConfig},
+		{"a VM and an error", func(context.Context, *Checkpoint, RestoreOptions) (VM, error) { return half, gone }, gone},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -122,4 +128,24 @@ func TestRestorePoolRefusals(t *testing.T) {
 			require.ErrorIs(t, err, tt.want)
 		})
 	}
+	t.Cleanup(func() { // after the parallel subtests
+		half.mu.Lock()
+		defer half.mu.Unlock()
+		assert.True(t, half.removed, "what a failed restore returned is removed")
+	})
+}
+
+// A copy's labels are its source's, less the pool the source came from:
+// Reap of that pool must not take the copy. A pool's copies get their own.
+func TestCopyLabels(t *testing.T) {
+	t.Parallel()
+	cp := &Checkpoint{ID: "c", meta: checkpointMeta{ID: "c", Config: Config{Image: "img",
+		Labels: map[string]string{LabelPool: "the-source's", "suite": "s"}}}}
+	cfg, err := cp.copyConfig(RestoreOptions{Labels: map[string]string{"mine": "1"}})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"suite": "s", "mine": "1"}, cfg.Labels)
+	assert.Equal(t, "the-source's", cp.meta.Config.Labels[LabelPool], "the checkpoint's own left as it was")
+	cfg, err = cp.copyConfig(RestoreOptions{Labels: map[string]string{LabelPool: "another"}})
+	require.NoError(t, err)
+	assert.Equal(t, "another", cfg.Labels[LabelPool])
 }
