@@ -19,6 +19,7 @@ import (
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/agent"
+	"github.com/podvm/podvm/internal/agent/psk"
 	"github.com/podvm/podvm/vm"
 	"github.com/podvm/podvm/vm/kube"
 )
@@ -180,11 +181,11 @@ func TestAgentPortRefusesOtherPods(t *testing.T) {
 		"silent": `nc -w 15 "$1" "$2" </dev/null | wc -c`,
 		// Speaks psk with a made-up proof: gets the agent's nonce and
 		// proof (64 bytes), then the end, never a Hello.
-		"guessing": `(printf podvmPSK; head -c 32 /dev/urandom; sleep 1; head -c 32 /dev/urandom; sleep 3) | nc -w 15 "$1" "$2" | wc -c`,
+		"guessing": `(printf %s "$3"; head -c 32 /dev/urandom; sleep 1; head -c 32 /dev/urandom; sleep 3) | nc -w 15 "$1" "$2" | wc -c`,
 		// Speaks the agent's protocol straight away: refused as well.
 		"protocol": `(printf '\001\000\000\000\000\000\000\000\000'; sleep 3) | nc -w 15 "$1" "$2" | wc -c`,
 	} {
-		res, err := other.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", script, "sh", ip, port}, Timeout: time.Minute})
+		res, err := other.Run(ctx, exec.Command{Name: "sh", Args: []string{"-c", script, "sh", ip, port, psk.Magic}, Timeout: time.Minute})
 		require.NoError(t, err, name)
 		n, _ := strconv.Atoi(strings.TrimSpace(res.Stdout))
 		want := map[string]int{"silent": 0, "guessing": 64, "protocol": 0}[name]

@@ -58,8 +58,10 @@ import (
 // KeySize is the size of a key, in bytes.
 const KeySize = 32
 
-// Magic opens a connection: a peer that speaks anything else is dropped.
-const Magic = "podvmPSK"
+// Magic opens a connection, its last byte the record layer's version (2:
+// AES-128-GCM): a peer that speaks anything else, another version
+// included, is dropped at once, saying so.
+const Magic = "podvmPS2"
 
 // MaxRecord bounds a record's plaintext.
 const MaxRecord = 64 << 10

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,11 +94,19 @@ func TestABadKeySizeIsRefused(t *testing.T) {
 }
 
 func TestAPeerThatDoesNotSpeakItIsDropped(t *testing.T) {
-	a, b := net.Pipe()
-	defer b.Close()
-	go func() { _, _ = b.Write([]byte("GET / HTTP/1.1\r\nHost: podvm.example\r\nAccept: */*\r\n\r\n")) }()
-	_, err := Accept(a, NewKey())
-	assert.ErrorIs(t, err, ErrAuth)
+	for name, hello := range map[string]string{
+		"http": "GET / HTTP/1.1\r\nHost: podvm.example\r\nAccept: */*\r\n\r\n",
+		// The first version's (AES-256 records): told at once, not at the
+		// first record.
+		"another version": "podvmPSK" + strings.Repeat("n", nonceSize),
+	} {
+		a, b := net.Pipe()
+		go func() { _, _ = b.Write([]byte(hello)) }()
+		_, err := Accept(a, NewKey())
+		assert.ErrorIs(t, err, ErrAuth, name)
+		assert.ErrorContains(t, err, "does not speak psk", name)
+		b.Close()
+	}
 }
 
 // tamper is the dialer's side of a connection that alters what the
