@@ -488,16 +488,17 @@ func (c *ckptBench) pooled(ctx context.Context, cp *vm.Checkpoint, n int, budget
 }
 
 // filled waits until pool holds size ready sandboxes, failing when a
-// restore of the pool's failed.
+// restore of the pool's fails meanwhile.
 func filled(ctx context.Context, pool *vm.Pool, size int) error {
 	ctx, cancel := context.WithTimeout(ctx, ckptCallTimeout)
 	defer cancel()
+	failed := pool.Stats().Failed
 	for {
 		s := pool.Stats()
 		switch {
 		case s.Ready >= size:
 			return nil
-		case s.LastErr != nil:
+		case s.Failed > failed:
 			return fmt.Errorf("the restore pool: %w", s.LastErr)
 		}
 		select {
