@@ -52,16 +52,22 @@ func archive(t testing.TB, entries []entry) []byte {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
-		if e.dir {
-			h = &tar.Header{Name: e.name + "/", Mode: 0o700, Typeflag: tar.TypeDir}
-		}
-		require.NoError(t, tw.WriteHeader(h))
-		_, err := tw.Write([]byte(e.body))
-		require.NoError(t, err)
+		writeEntry(t, tw, e)
 	}
 	require.NoError(t, tw.Close())
 	return b.Bytes()
+}
+
+// writeEntry writes e to tw.
+func writeEntry(t testing.TB, tw *tar.Writer, e entry) {
+	t.Helper()
+	h := &tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
+	if e.dir {
+		h = &tar.Header{Name: e.name + "/", Mode: 0o700, Typeflag: tar.TypeDir}
+	}
+	require.NoError(t, tw.WriteHeader(h))
+	_, err := tw.Write([]byte(e.body))
+	require.NoError(t, err)
 }
 
 // entries reads an archive back: each entry's body by its name.
@@ -420,13 +426,7 @@ func TestGlobalHeaderBeforeARewrittenEntry(t *testing.T) {
 		if e.name == "config.dump" {
 			require.NoError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"comment": "from elsewhere"}}))
 		}
-		h := &tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.body)), Typeflag: tar.TypeReg}
-		if e.dir {
-			h = &tar.Header{Name: e.name + "/", Mode: 0o700, Typeflag: tar.TypeDir}
-		}
-		require.NoError(t, tw.WriteHeader(h))
-		_, err := tw.Write([]byte(e.body))
-		require.NoError(t, err)
+		writeEntry(t, tw, e)
 	}
 	require.NoError(t, tw.Close())
 	var out bytes.Buffer
