@@ -29,7 +29,7 @@ import (
 // saying why, where vm.CheckpointSupport refuses):
 //
 //  1. a warm process: a sandbox whose process takes about 2 s to load a
-//     table of about 200 MiB, cold (create, vm.Start, the warm-up, its
+//     table of about 200 MiB (see warmCommand), cold (create, vm.Start, the warm-up, its
 //     first answer) against vm.Restore of a checkpoint of the warm
 //     sandbox and the first answer of the process the copy adopted, and
 //     then, alone, a Get from a filled vm.NewRestorePool of the same
@@ -63,10 +63,12 @@ import (
 // under vm.DefaultCheckpointDir (mode 0700; vm refuses the temporary
 // directory), removed at the section's end with every container it made.
 
-// The warm process: busybox awk loads a table of warmEntries strings of
-// warmPad+1..7 bytes (about 200 MiB resident, about 2 s on this kind of
-// machine), says "ready", then answers each key it reads with the length
-// of the table's entry: 65 for key 5, 0 were the table gone.
+// The warm process, the issue's "about 2 s and about 200 MiB to warm
+// up": busybox awk loads a table of warmEntries strings of warmPad+1..7
+// bytes (about 200 MiB resident), summing a remainder for each (loading
+// alone took 1.1 to 1.3 s here), says "ready", then answers each key it
+// reads with the length of the table's entry: 65 for key 5, 0 were the
+// table gone.
 const (
 	warmEntries = 1_200_000
 	warmPad     = 64
@@ -75,7 +77,7 @@ const (
 )
 
 var warmCommand = exec.Command{Name: "awk", Args: []string{fmt.Sprintf(
-	`BEGIN { pad = sprintf("%%0%dd", 0); for (i = 0; i < %d; i++) t[i] = i pad; print "ready"; fflush() } { print length(t[$1 + 0]); fflush() }`,
+	`BEGIN { pad = sprintf("%%0%dd", 0); for (i = 0; i < %d; i++) { t[i] = i pad; w += i %% 7 } print "ready"; fflush() } { print length(t[$1 + 0]); fflush() }`,
 	warmPad, warmEntries)}}
 
 // forkCopies is how many copies a fork makes at once.
@@ -304,7 +306,9 @@ func (c *ckptBench) run(ctx context.Context, r *ckptResult) error {
 	if r.pooled, err = c.pooled(ctx, warmCP, rounds(3, 2), budget); err != nil {
 		return err
 	}
-	if r.take["warm"], err = c.takes(ctx, "warm", warm, 0, rounds(3, 2), budget); err != nil {
+	// Five rounds, not three: the service's dump of 210 MiB varies by a
+	// tenth from call to call, as much as the 1.05× target allows.
+	if r.take["warm"], err = c.takes(ctx, "warm", warm, 0, rounds(5, 2), min(b.sz.budget, 2*ckptComparisonTime)); err != nil {
 		return err
 	}
 	for _, cp := range []*vm.Checkpoint{smallCP, warmCP} {
