@@ -29,11 +29,11 @@ import (
 // saying why, where vm.CheckpointSupport refuses):
 //
 //  1. a warm process: a sandbox whose process takes about 2 s to load a
-//     table of about 200 MiB (see warmCommand), cold (create, vm.Start, the warm-up, its
-//     first answer) against vm.Restore of a checkpoint of the warm
-//     sandbox and the first answer of the process the copy adopted, and
-//     then, alone, a Get from a filled vm.NewRestorePool of the same
-//     checkpoint to the same answer (the restores done ahead);
+//     table of about 200 MiB (see warmCommand), cold (create, vm.Start,
+//     the warm-up, its first answer) against vm.Restore of a checkpoint
+//     of the warm sandbox and the first answer of the process the copy
+//     adopted, and then, alone, a Get from a filled vm.NewRestorePool of
+//     the same checkpoint to the same answer (the restores done ahead);
 //  2. a small sandbox (the agent alone): vm.Restore to the first Run of
 //     `true`, against a cold Create to the same;
 //
