@@ -365,3 +365,74 @@ func TestRestorePoolIntegration(t *testing.T) {
 		assert.Equal(t, int64(3), pool.Stats().Handed)
 	})
 }
+
+// The env of TestRestorePoolChild: the pool's ID and the directory of its
+// checkpoint.
+const (
+	restorePoolChildEnv = "PODVM_TEST_RESTORE_POOL_CHILD"
+	restorePoolDirEnv   = "PODVM_TEST_RESTORE_POOL_DIR"
+)
+
+// TestRestorePoolChild checkpoints a sandbox (removing it), fills a
+// restore pool of the checkpoint with the ID it is given, takes a copy it
+// never gives back, says "full", and waits to be killed.
+func TestRestorePoolChild(t *testing.T) {
+	id, dir := os.Getenv(restorePoolChildEnv), os.Getenv(restorePoolDirEnv)
+	if id == "" || dir == "" {
+		t.Skip("run by TestRestorePoolKilledWithAFullPool")
+	}
+	env := podmantest.Need(t)
+	ctx := context.Background()
+	cfg := vm.Config{Image: env.Image, Checkpointable: true}
+	if env.PidsUnenforced {
+		cfg.Pids = vm.NoPidsLimit
+	}
+	v, err := apiNew(env)(false)(cfg)
+	require.NoError(t, err)
+	require.NoError(t, v.Create(ctx))
+	cp, err := vm.TakeCheckpoint(ctx, v, vm.CheckpointOptions{Dir: dir, Remove: true})
+	require.NoError(t, err)
+	p, err := vm.NewRestorePool(cp, vm.RestoreOptions{Labels: map[string]string{vm.LabelPool: id}},
+		func(ctx context.Context, cp *vm.Checkpoint, ro vm.RestoreOptions) (vm.VM, error) {
+			return vm.Restore(ctx, cp, ro, backendOf(env, "api")...)
+		}, vm.WithPoolSize(2))
+	require.NoError(t, err)
+	_, err = p.Get(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { s := p.Stats(); return s.Ready == 2 && s.Creating == 0 }, 2*time.Minute, 10*time.Millisecond)
+	fmt.Println("full")
+	time.Sleep(5 * time.Minute) // the parent kills us long before
+}
+
+// A process killed with a full restore pool (and a copy it never gave
+// back) leaves copies that name it, and its checkpoint; Reap removes
+// them: the copies by the pool's label (the checkpoint carries none),
+// the checkpoint as a dead process's, by its source's.
+func TestRestorePoolKilledWithAFullPool(t *testing.T) {
+	env := checkpointRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	id := fmt.Sprintf("killed-restore-%d", time.Now().UnixNano())
+	removePoolBoxes(t, env, id)
+	dir := checkpointDir(t)
+
+	killedWhenFull(t, "TestRestorePoolChild", restorePoolChildEnv+"="+id, restorePoolDirEnv+"="+dir)
+	left := poolBoxes(ctx, t, env, id)
+	require.Len(t, left, 3, "two ready, one handed out")
+	cps, err := vm.ListCheckpoints(ctx, vm.WithCheckpointDir(dir))
+	require.NoError(t, err)
+	require.Len(t, cps, 1, "the child's checkpoint")
+
+	removed, err := vm.Reap(ctx, 0, vm.WithURL(env.Host), vm.WithLabel(vm.LabelPool, id))
+	require.NoError(t, err)
+	assert.ElementsMatch(t, left, removed)
+	assert.Empty(t, poolBoxes(ctx, t, env, id), "nothing of the killed pool remains")
+	// The checkpoint is no pool's: narrowed by its source instead.
+	removed, err = vm.Reap(ctx, 0, vm.WithURL(env.Host), vm.WithCheckpoints(), vm.WithCheckpointDir(dir),
+		vm.WithLabel(vm.LabelCheckpointSource, cps[0].Labels[vm.LabelCheckpointSource]))
+	require.NoError(t, err)
+	assert.Equal(t, []string{cps[0].ID}, removed)
+	cps, err = vm.ListCheckpoints(ctx, vm.WithCheckpointDir(dir))
+	require.NoError(t, err)
+	assert.Empty(t, cps, "the dead process's checkpoint is gone")
+}

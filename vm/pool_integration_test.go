@@ -129,6 +129,27 @@ func TestPoolChild(t *testing.T) {
 	time.Sleep(5 * time.Minute) // the parent kills us long before
 }
 
+// killedWhenFull runs the test named test of this binary as a child
+// process, with env added to its environment, until it says "full",
+// then kills it and waits for it to be gone.
+func killedWhenFull(t *testing.T, test string, env ...string) {
+	t.Helper()
+	child := osexec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.timeout=4m")
+	child.Env = append(os.Environ(), env...)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	lines := bufio.NewScanner(out)
+	full := false
+	for !full && lines.Scan() {
+		full = lines.Text() == "full"
+	}
+	require.NoError(t, child.Process.Kill())
+	_ = child.Wait() // a zombie would still count as alive
+	require.True(t, full, "%s filled its pool", test)
+}
+
 // A process killed with its pool full (and a sandbox it never gave back)
 // leaves sandboxes that name it; Reap removes all of them, and only them.
 func TestPoolKilledWithAFullPool(t *testing.T) {
@@ -145,20 +166,7 @@ func TestPoolKilledWithAFullPool(t *testing.T) {
 	removePoolBoxes(t, env, alive.ID())
 	defer alive.Close(context.Background())
 
-	child := osexec.Command(os.Args[0], "-test.run=^TestPoolChild$", "-test.timeout=4m")
-	child.Env = append(os.Environ(), poolChildEnv+"="+id)
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, child.Start())
-	lines := bufio.NewScanner(out)
-	full := false
-	for !full && lines.Scan() {
-		full = lines.Text() == "full"
-	}
-	require.NoError(t, child.Process.Kill())
-	_ = child.Wait() // a zombie would still count as alive
-	require.True(t, full, "the child filled its pool")
+	killedWhenFull(t, "TestPoolChild", poolChildEnv+"="+id)
 	left := poolBoxes(ctx, t, env, id)
 	require.Len(t, left, 3, "two ready, one handed out")
 
