@@ -284,7 +284,7 @@ type Forwarder struct {
 	mu        sync.Mutex
 	conns     map[net.Conn]bool // the client's ends, and a copy's sandbox ends
 	spare     *late             // a warm connection, waiting for a client
-	preparing bool              // one is being made
+	preparing chan struct{}     // one is being made; closed when it is
 	closed    bool
 }
 
@@ -502,18 +502,20 @@ func (f *Forwarder) prepare() {
 		return
 	}
 	f.mu.Lock()
-	if f.closed || f.spare != nil || f.preparing {
+	if f.closed || f.spare != nil || f.preparing != nil {
 		f.mu.Unlock()
 		return
 	}
-	f.preparing = true
+	done := make(chan struct{})
+	f.preparing = done
 	f.mu.Unlock()
 	l := &late{ready: make(chan struct{})}
 	// f.ctx: the agent's own timeout bounds the connect, Close ends it.
 	sp, err := f.sp.splice(f.ctx, f.network, f.address, l)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.preparing = false
+	defer close(done)
+	f.preparing = nil
 	switch {
 	case err != nil: // the next client's end tries again
 	case f.closed:
@@ -526,8 +528,15 @@ func (f *Forwarder) prepare() {
 
 // takeSpare returns the warm connection, if one is made and its service
 // has not closed it; the next is made once the client's connection ends.
+// A client that comes while one is being made waits for it: it was
+// begun before a connection of the client's own could be.
 func (f *Forwarder) takeSpare() *late {
 	f.mu.Lock()
+	if preparing := f.preparing; f.spare == nil && preparing != nil {
+		f.mu.Unlock()
+		<-preparing // the agent's own timeout bounds it, Close ends it
+		f.mu.Lock()
+	}
 	l := f.spare
 	f.spare = nil
 	f.mu.Unlock()
