@@ -393,28 +393,3 @@ func TestReadAskedAgainAfterAPanic(t *testing.T) {
 		})
 	}
 }
-
-// A list the service fails (500, as Podman 4.3 does while another image
-// is half made) is asked again, a bounded number of times; another
-// failure is not.
-func TestImageListAsksAgain(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	answer := func(status, body string) libpodtest.Handler {
-		b := []byte(fmt.Sprintf("HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", status, len(body), body))
-		return func(*libpodtest.Request) libpodtest.Answer { return libpodtest.Bytes(b) }
-	}
-	fails := answer("500 Internal Server Error", `{"cause":"size is not known","message":"retrieving parent of image \"5fd5\": size is not known","response":500}`+"\n")
-	ok := answer("200 OK", `[{"Id":"abc","Names":[]}]`+"\n")
-	cl, svc := connect(t, "4.3", libpodtest.Routes{"GET /images/json": libpodtest.Seq(fails, fails, ok)})
-	list, err := cl.ImageList(ctx, "a=b")
-	require.NoError(t, err)
-	require.Len(t, list, 1)
-	assert.Equal(t, "abc", list[0].ID)
-	assert.Equal(t, 3, svc.Count("GET /images/json"))
-
-	cl, svc = connect(t, "4.3", libpodtest.Routes{"GET /images/json": fails})
-	_, err = cl.ImageList(ctx)
-	assert.Equal(t, 500, asError(t, err).Status)
-	assert.Equal(t, 4, svc.Count("GET /images/json"), "asked a bounded number of times")
-}

@@ -3,7 +3,6 @@ package libpod
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"time"
@@ -39,36 +38,9 @@ func (c *Client) Commit(ctx context.Context, container, repo, tag string, change
 }
 
 // ImageList returns the images that carry all the labels ("key=value").
-//
-// A service that fails the list (500) is asked again, listAttempts
-// times in all: Podman 4.3 fails a whole list while another image is
-// half made ("retrieving parent of image …: size is not known"), as a
-// commit or pull beside the list leaves one for an instant.
 func (c *Client) ImageList(ctx context.Context, labels ...string) ([]driver.Image, error) {
 	const op = "image list"
 	filters, _ := json.Marshal(map[string][]string{"label": labels})
-	var err error
-	for attempt := 1; ; attempt++ {
-		var list []ListedImage
-		if list, err = c.imageList(ctx, op, filters); err == nil {
-			return Images(list), nil
-		}
-		var le *Error
-		if !errors.As(err, &le) || le.Status != http.StatusInternalServerError || attempt == listAttempts {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
-		}
-	}
-}
-
-// listAttempts bounds the asks of a list the service fails.
-const listAttempts = 4
-
-func (c *Client) imageList(ctx context.Context, op string, filters []byte) ([]ListedImage, error) {
 	resp, err := c.do(ctx, request{op: op, method: http.MethodGet, path: "/images/json", query: url.Values{"filters": {string(filters)}}})
 	if err != nil {
 		return nil, err
@@ -77,7 +49,7 @@ func (c *Client) imageList(ctx context.Context, op string, filters []byte) ([]Li
 	if err := decode(op, resp, &list); err != nil {
 		return nil, err
 	}
-	return list, nil
+	return Images(list), nil
 }
 
 // ListedImage is an image as the service's list and `podman images

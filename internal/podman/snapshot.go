@@ -65,10 +65,13 @@ var (
 	// image not known", "retrieving parent of image X: ...: locating item
 	// named "manifest" for image with ID Y ...: file does not exist" (an
 	// image half removed), "reading image X: locating image with ID X:
-	// image not known" (Podman 4.3 and 5). Asking again, the image is
-	// gone and the answer complete. An image not found by the name or ID
-	// asked for fails otherwise, and is not retried.
-	imageVanished = transient{regexp.MustCompile(`locating (image|item named "[^"]*" for image) with ID`), 10, 50 * time.Millisecond}
+	// image not known" (Podman 4.3 and 5); and when one is half made by
+	// a commit or pull beside it: "retrieving parent of image X: ...:
+	// reading data blob size "manifest-sha256:..." for "X": size is not
+	// known" (Podman 4.3). Asking again, the image is gone or whole and
+	// the answer complete. An image not found by the name or ID asked for
+	// fails otherwise, and is not retried.
+	imageVanished = transient{regexp.MustCompile(`locating (image|item named "[^"]*" for image) with ID|reading data blob size .*: size is not known`), 10, 50 * time.Millisecond}
 )
 
 // ImageDetails implements [driver.Imager.ImageDetails].
