@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // entry is a file of a test archive.
@@ -443,7 +445,7 @@ func TestGlobalHeaderBeforeARewrittenEntry(t *testing.T) {
 func TestSparseRefused(t *testing.T) {
 	t.Parallel()
 	if _, err := osexec.LookPath("tar"); err != nil {
-		t.Skip("needs GNU tar to make a sparse archive")
+		testkit.SkipOrFail(t, "", "needs GNU tar to make a sparse archive")
 	}
 	dir := t.TempDir()
 	for _, e := range whole {
