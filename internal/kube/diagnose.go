@@ -21,27 +21,42 @@ import (
 // while pod id may still get where attempt wants it: a failure that the
 // pod's status explains is returned as that, one that the API server
 // refuses for good (forbidden) at once, and others are tried again every
-// 100 ms, until ctx ends.
+// retryEvery, until ctx ends. The status is read every statusEvery at
+// most: the kubelet reports a container's trouble at its relist, a
+// second apart, while an attach reaches a container the moment it runs.
 func (d *Driver) retry(ctx context.Context, id, what string, attempt func() (again bool, err error)) error {
+	var p *corev1.Pod
+	var read time.Time
 	for {
 		again, err := attempt()
 		if err == nil || !again || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || ctx.Err() != nil {
 			return err
 		}
-		p, gerr := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
-		switch {
-		case gerr != nil:
-			return classify("get pod", id, gerr)
-		case failure(p) != nil:
-			return failure(p)
+		if time.Since(read) >= statusEvery {
+			var gerr error
+			p, gerr = d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
+			read = time.Now()
+			switch {
+			case gerr != nil:
+				return classify("get pod", id, gerr)
+			case failure(p) != nil:
+				return failure(p)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("vm: kube: %s (pod %s, %s): %w (last: %v)", what, id, describe(p), ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(retryEvery):
 		}
 	}
 }
+
+// retryEvery is retry's pause between attempts; statusEvery how often
+// at most it reads the pod's status.
+const (
+	retryEvery  = 25 * time.Millisecond
+	statusEvery = 250 * time.Millisecond
+)
 
 // diagnose returns why pod id's container ended before the agent's
 // handshake, as its status says once the kubelet has reported it
