@@ -247,15 +247,13 @@ func peerDialer(d driver.Driver, id string, main *agent.Client) func(context.Con
 	var address string
 	return func(ctx context.Context) (*agent.Client, error) {
 		if address == "" {
-			ip, err := podAddress(ctx, ad, id)
+			a, err := peerAddress(ctx, ad, id, func(ctx context.Context) (agent.Listening, error) {
+				return main.Listen(ctx, key, agent.PeerPort)
+			})
 			if err != nil {
 				return nil, err
 			}
-			port, err := main.Listen(ctx, key, agent.PeerPort)
-			if err != nil {
-				return nil, err
-			}
-			address = net.JoinHostPort(ip, strconv.Itoa(port))
+			address = a
 		}
 		c, err := agent.DialPeer(ctx, address, key)
 		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
@@ -263,6 +261,35 @@ func peerDialer(d driver.Driver, id string, main *agent.Client) func(context.Con
 		}
 		return c, err
 	}
+}
+
+// peerAddress asks the engine once whether container id has an address
+// a peer may be dialled at (an error when it has none to offer, as a
+// pod on its node's network), has the agent listen, and returns where to
+// dial it: the engine's address, or, while the engine has not reported
+// one yet, the agent's own when it has exactly one (a pod's status names
+// its IP only at the kubelet's next relist, up to a second after the
+// container runs), else the engine's once it has one. The agent, the
+// sandbox's PID 1, answers for the sandbox as much in this as in every
+// Run; a peer must prove it holds the key wherever it is dialled.
+func peerAddress(ctx context.Context, ad driver.Addresser, id string, listen func(context.Context) (agent.Listening, error)) (string, error) {
+	ip, err := ad.Address(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	l, err := listen(ctx)
+	if err != nil {
+		return "", err
+	}
+	if ip == "" && len(l.Addrs) == 1 {
+		ip = l.Addrs[0].String()
+	}
+	if ip == "" {
+		if ip, err = podAddress(ctx, ad, id); err != nil {
+			return "", err
+		}
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(l.Port)), nil
 }
 
 // errUnreached: the connection to a sandbox's address could not be made.

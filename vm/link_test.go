@@ -3,8 +3,10 @@ package vm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -203,4 +205,75 @@ func TestLinkCloseClosesRetiredPeers(t *testing.T) {
 	assert.False(t, isDead(busy), "busy: left to its call")
 	l.close()
 	assert.True(t, isDead(busy), "closed with the link")
+}
+
+// addresses is an engine that reports a container's address only from
+// its answer number at on (1 the first), and fails with err if set.
+type addresses struct {
+	ip    string
+	at    int
+	err   error
+	asked int
+}
+
+func (a *addresses) Address(context.Context, string) (string, error) {
+	a.asked++
+	if a.err != nil || a.asked < a.at {
+		return "", a.err
+	}
+	return a.ip, nil
+}
+
+// A peer is dialled at the engine's address when it has one, else at the
+// agent's own address, when it has exactly one, without waiting for the
+// engine (a pod's status names its IP up to a second late); with none or
+// several of its own, at the engine's once it reports one. A container
+// the engine gives no address is never asked to listen.
+func TestPeerAddress(t *testing.T) {
+	t.Parallel()
+	addrs := func(s ...string) []netip.Addr {
+		out := make([]netip.Addr, len(s))
+		for i, a := range s {
+			out[i] = netip.MustParseAddr(a)
+		}
+		return out
+	}
+	noAddress := fmt.Errorf("%w: on the node's network", ErrNotSupported)
+	for _, c := range []struct {
+		name   string
+		engine addresses
+		own    []netip.Addr
+		listen error
+		want   string
+		asked  int // the engine's answers
+		err    error
+	}{
+		{name: "the engine's first", engine: addresses{ip: "10.244.0.9", at: 1}, own: addrs("10.244.0.8"), want: "10.244.0.9:7", asked: 1},
+		{name: "the agent's own while the engine has none", engine: addresses{ip: "10.244.0.9", at: 5}, own: addrs("10.244.0.9"), want: "10.244.0.9:7", asked: 1},
+		{name: "the agent's own IPv6", engine: addresses{at: 5}, own: addrs("fd00::9"), want: "[fd00::9]:7", asked: 1},
+		{name: "several of its own: the engine's, waited for", engine: addresses{ip: "10.244.0.9", at: 3}, own: addrs("10.244.0.9", "fd00::9"), want: "10.244.0.9:7", asked: 3},
+		{name: "none of its own: the engine's, waited for", engine: addresses{ip: "10.244.0.9", at: 2}, want: "10.244.0.9:7", asked: 2},
+		{name: "the engine gives none", engine: addresses{err: noAddress}, own: addrs("10.244.0.9"), asked: 1, err: noAddress},
+		{name: "the agent does not listen", engine: addresses{ip: "10.244.0.9", at: 1}, listen: errors.New("already listening"), asked: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			listened := 0
+			got, err := peerAddress(context.Background(), &c.engine, "id", func(context.Context) (agent.Listening, error) {
+				listened++
+				return agent.Listening{Port: 7, Addrs: c.own}, c.listen
+			})
+			assert.Equal(t, c.asked, c.engine.asked, "the engine's answers")
+			switch {
+			case c.err != nil:
+				require.ErrorIs(t, err, c.err)
+				assert.Zero(t, listened, "asked to listen")
+			case c.listen != nil:
+				require.ErrorIs(t, err, c.listen)
+			default:
+				require.NoError(t, err)
+				assert.Equal(t, c.want, got)
+				assert.Equal(t, 1, listened)
+			}
+		})
+	}
 }

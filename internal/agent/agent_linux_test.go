@@ -83,7 +83,7 @@ func TestInfo(t *testing.T) {
 	info := a.Info()
 	require.Equal(t, 1, info.PID, "the agent is PID 1 of its namespace")
 	require.Equal(t, runtime.GOARCH, info.Arch)
-	require.Equal(t, 6, info.Version, "wire.Version")
+	require.Equal(t, 7, info.Version, "wire.Version")
 }
 
 func TestStdin(t *testing.T) {

@@ -233,11 +233,11 @@ func BenchmarkChannel(b *testing.B) {
 		{"psk", func(b *testing.B) *Client {
 			a := startAgent(b)
 			key := psk.NewKey()
-			port, err := a.Listen(context.Background(), key, 0)
+			l, err := a.Listen(context.Background(), key, 0)
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := DialPeer(context.Background(), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), key)
+			c, err := DialPeer(context.Background(), net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Port)), key)
 			if err != nil {
 				b.Fatal(err)
 			}

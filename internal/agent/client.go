@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,30 +228,47 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	}
 }
 
+// Listening is what [Client.Listen] answers: the port the agent serves
+// channels on, and the sandbox's own addresses (global unicast, on its
+// interfaces that are up), which may name the one a caller reaches it
+// at before the engine does.
+type Listening struct {
+	Port  int
+	Addrs []netip.Addr
+}
+
 // Listen asks the agent to serve more channels on TCP port port (0: one
 // the kernel picks; see [PeerPort]) of the sandbox's network, each a
 // connection that proves it holds key (package psk, [DialPeer]), and
-// returns the port. The agent listens once: a second Listen fails.
-func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) {
+// returns the port, with the sandbox's addresses. The agent listens
+// once: a second Listen fails.
+func (c *Client) Listen(ctx context.Context, key []byte, port int) (Listening, error) {
 	if port < 0 || port > 65535 {
-		return 0, fmt.Errorf("agent: listening for channels: port %d", port)
+		return Listening{}, fmt.Errorf("agent: listening for channels: port %d", port)
 	}
 	c.listenMu.Lock()
 	c.listenAsked.Add(1)
 	if err := c.send(wire.Frame{Type: wire.Listen, Payload: wire.ListenMsg{Key: key, Port: uint16(port)}.Encode()}); err != nil {
 		c.listenMu.Unlock()
-		return 0, err
+		return Listening{}, err
 	}
 	select {
 	case m := <-c.listening:
 		c.listenMu.Unlock()
 		if m.Err != "" {
-			return 0, fmt.Errorf("agent: listening for channels: %s", m.Err)
+			return Listening{}, fmt.Errorf("agent: listening for channels: %s", m.Err)
 		}
-		return int(m.Port), nil
+		l := Listening{Port: int(m.Port), Addrs: make([]netip.Addr, len(m.Addrs))}
+		for i, a := range m.Addrs {
+			var err error
+			if l.Addrs[i], err = netip.ParseAddr(a); err != nil {
+				return Listening{}, fmt.Errorf("%w: listening for channels: the agent's address %q", wire.ErrProtocol, a)
+			}
+		}
+		return l, nil
 	case <-c.dead:
 		c.listenMu.Unlock()
-		return 0, c.err
+		return Listening{}, c.err
 	case <-ctx.Done():
 		// Its answer is still to come: taken here, it is never mistaken
 		// for the next Listen's.
@@ -261,7 +279,7 @@ func (c *Client) Listen(ctx context.Context, key []byte, port int) (int, error) 
 			case <-c.dead:
 			}
 		}()
-		return 0, ctx.Err()
+		return Listening{}, ctx.Err()
 	}
 }
 

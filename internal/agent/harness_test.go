@@ -139,11 +139,18 @@ func startAgentBinary(t testing.TB, bin string, args ...string) *testAgent {
 // after the client.
 func startAgentVia(t testing.TB, bin string, via func(out io.Reader, in io.Writer) io.ReadWriteCloser, args ...string) *testAgent {
 	t.Helper()
+	return startAgentCommand(t, append([]string{"--pid", "--fork", "--mount-proc", "--kill-child", bin}, args...), via)
+}
+
+// startAgentCommand is startAgentVia with unshare's arguments in argv:
+// its options, then the agent's command.
+func startAgentCommand(t testing.TB, argv []string, via func(out io.Reader, in io.Writer) io.ReadWriteCloser) *testAgent {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	require.NoError(t, err)
 	outR, outW, err := os.Pipe()
 	require.NoError(t, err)
-	cmd := osexec.Command("/usr/bin/unshare", append([]string{"--pid", "--fork", "--mount-proc", "--kill-child", bin}, args...)...)
+	cmd := osexec.Command("/usr/bin/unshare", argv...)
 	cmd.Env = append(os.Environ(), "PODVM_BASE=base")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, os.Stderr
 	require.NoError(t, cmd.Start())

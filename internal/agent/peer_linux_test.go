@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/netip"
+	osexec "os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/podvm/podvm/internal/agent/psk"
+	"github.com/podvm/podvm/internal/testkit"
 )
 
 // listenPeers asks a for its peers' port with a fresh key and returns
@@ -20,9 +23,9 @@ import (
 func listenPeers(t *testing.T, a *testAgent) (string, []byte) {
 	t.Helper()
 	key := psk.NewKey()
-	port, err := a.Listen(context.Background(), key, 0)
+	l, err := a.Listen(context.Background(), key, 0)
 	require.NoError(t, err)
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), key
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Port)), key
 }
 
 // A peer with the key is a channel like the first: same agent, runs
@@ -100,4 +103,27 @@ func TestPeerEndKillsItsRuns(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return !alive(proc.PID()) }, 30*time.Second, 50*time.Millisecond, "the peer's sleep outlived it")
 	assert.True(t, alive(mine.PID()), "the first channel's run died with a peer")
+}
+
+// Listen names the sandbox's own addresses: those of its interfaces that
+// are up, global unicast only (not loopback, not link-local). The agent
+// runs in a network namespace of its own, with a veth pair: v0 up with
+// an IPv4 and an IPv6 address, v1 down with one more.
+func TestListenNamesOwnAddresses(t *testing.T) {
+	t.Parallel()
+	needAgent(t)
+	if _, err := osexec.LookPath("ip"); err != nil {
+		testkit.SkipOrFail(t, "", "needs ip (iproute2) to give the agent a network of its own")
+	}
+	setup := `ip link add v0 type veth peer name v1 && ip addr add 192.0.2.7/24 dev v0 && ` +
+		`ip -6 addr add 2001:db8::7/64 dev v0 nodad && ip addr add 198.51.100.9/24 dev v1 && ` +
+		`ip link set lo up && ip link set v0 up || exit; exec "$0"`
+	a := startAgentCommand(t, []string{"--net", "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/sh", "-c", setup, agentBin},
+		func(out io.Reader, in io.Writer) io.ReadWriteCloser {
+			return &pipes{Reader: out, Writer: in, closers: []io.Closer{in.(io.Closer), out.(io.Closer)}}
+		})
+	l, err := a.Listen(context.Background(), psk.NewKey(), 0)
+	require.NoError(t, err)
+	assert.NotZero(t, l.Port)
+	assert.ElementsMatch(t, []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("2001:db8::7")}, l.Addrs)
 }

@@ -40,11 +40,16 @@ func newDirect(ctx context.Context, t *testing.T, e env, cfg vm.Config) (vm.VM, 
 		defer cancel()
 		assert.NoError(t, v.Remove(ctx))
 	})
-	pod, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, v.ID(), metav1.GetOptions{})
-	require.NoError(t, err)
-	ip := pod.Status.PodIP
-	require.NotEmpty(t, ip)
-	// The first peer is made in the background as Create returns.
+	// Create dials the address the agent finds on the pod's interface,
+	// and does not wait for the kubelet to report it in the pod's status:
+	// the connection is to the status's IP once it names one.
+	var ip string
+	require.Eventually(t, func() bool {
+		pod, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, v.ID(), metav1.GetOptions{})
+		require.NoError(t, err)
+		ip = pod.Status.PodIP
+		return ip != ""
+	}, time.Minute, 50*time.Millisecond, "the pod's status names no IP")
 	require.Eventually(t, func() bool { return peerConns(t, ip) > 0 }, time.Minute, 20*time.Millisecond,
 		"no connection to %s:%d: calls still go through the API server", ip, agent.PeerPort)
 	return v, ip

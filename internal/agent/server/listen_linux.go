@@ -45,7 +45,34 @@ func (a *agent) listen(key []byte, port uint16) wire.ListeningMsg {
 	a.listener = l
 	key = append([]byte(nil), key...)
 	go a.acceptPeers(l, key)
-	return wire.ListeningMsg{Port: uint16(l.Addr().(*net.TCPAddr).Port)}
+	return wire.ListeningMsg{Port: uint16(l.Addr().(*net.TCPAddr).Port), Addrs: ownAddrs()}
+}
+
+// ownAddrs lists the sandbox's global unicast addresses, on interfaces
+// that are up: in a pod, its IP, which the kubelet reports in the pod's
+// status only at its next relist, up to a second after the container
+// runs. None when they cannot be listed.
+func ownAddrs() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+				out = append(out, n.IP.String())
+			}
+		}
+	}
+	return out
 }
 
 // acceptPeers serves the peers of l until it is closed.

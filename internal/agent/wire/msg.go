@@ -94,10 +94,13 @@ type ListenMsg struct {
 }
 
 // ListeningMsg answers a ListenMsg: the port the agent listens on, or
-// why it does not (Err, Port 0).
+// why it does not (Err, Port 0). Addrs are the sandbox's own addresses
+// (global unicast, on interfaces that are up), as its network gives
+// them: a caller can dial one before the engine reports it.
 type ListeningMsg struct {
-	Port uint16
-	Err  string
+	Port  uint16
+	Err   string
+	Addrs []string
 }
 
 // FrozenMsg is a Frozen's payload: what the sandbox holds that a
@@ -389,13 +392,15 @@ func DecodeResume(p []byte) (ResumeMsg, error) {
 }
 
 // Encode returns the payload of a Listening frame.
-func (m ListeningMsg) Encode() []byte { return enc(nil).u32(uint32(m.Port)).str(m.Err) }
+func (m ListeningMsg) Encode() []byte {
+	return enc(nil).u32(uint32(m.Port)).str(m.Err).strs(m.Addrs)
+}
 
 // DecodeListening parses a Listening payload.
 func DecodeListening(p []byte) (ListeningMsg, error) {
 	d := &dec{b: p}
 	port := d.u32()
-	m := ListeningMsg{Port: uint16(port), Err: d.str()}
+	m := ListeningMsg{Port: uint16(port), Err: d.str(), Addrs: d.strs()}
 	if d.err == nil && port > math.MaxUint16 {
 		d.err = fmt.Errorf("%w: port %d", ErrProtocol, port)
 	}

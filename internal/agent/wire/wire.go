@@ -19,8 +19,8 @@ import (
 // Version 4: Listen and Listening frames, for channels over a network.
 // Version 5: Freeze, Frozen, Thaw and Resume, for checkpoints. Version
 // 6: a Resume's ResumeMsg, for copies restored from a checkpoint, and a
-// Frozen's FrozenMsg.
-const Version = 6
+// Frozen's FrozenMsg. Version 7: a Listening's Addrs.
+const Version = 7
 
 // Type is a frame's type.
 type Type uint8

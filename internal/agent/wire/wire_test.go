@@ -121,13 +121,15 @@ func TestListenRoundTrip(t *testing.T) {
 	lg, err := DecodeListen(lm.Encode())
 	require.NoError(t, err)
 	require.Equal(t, lm, lg)
-	for _, m := range []ListeningMsg{{Port: 65535}, {Err: "no network"}} {
+	for _, m := range []ListeningMsg{{Port: 65535, Addrs: []string{"10.244.0.7", "fd00::7"}}, {Err: "no network", Addrs: []string{}}} {
 		got, err := DecodeListening(m.Encode())
 		require.NoError(t, err)
 		require.Equal(t, m, got)
 	}
-	_, err = DecodeListening(enc(nil).u32(70000).str(""))
+	_, err = DecodeListening(enc(nil).u32(70000).str("").strs(nil))
 	require.ErrorIs(t, err, ErrProtocol, "a port past 65535")
+	_, err = DecodeListening(enc(nil).u32(7337).str(""))
+	require.ErrorIs(t, err, ErrProtocol, "a version 6 Listening, without addresses")
 }
 
 func TestFrozenRoundTrip(t *testing.T) {
