@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -38,6 +39,10 @@ func (d *Driver) lifeline(ctx context.Context, id string) error {
 	line.closers = append(line.closers, pw)
 	select {
 	case <-dot.seen:
+		if err := d.beforeGate(ctx, id); err != nil {
+			line.Close()
+			return err
+		}
 		go func() { _, _ = pw.Write([]byte("\n")) }()
 		d.mu.Lock()
 		d.held[id] = line
@@ -54,6 +59,47 @@ func (d *Driver) lifeline(ctx context.Context, id string) error {
 		return fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
 	}
 }
+
+// beforeGate returns once pod id may run what the caller asks of it:
+// at once, unless it has a deny-all policy on a cluster that enforces
+// them (Options.Enforced). Then it waits until the pod's status names
+// its IP. Plugins that enforce policies by the pods' IPs as the API
+// server reports them (kube-router's, kube-network-policies) cannot
+// match a pod's packets before, and the kubelet reports the IP only at
+// its next relist, up to a second after the container runs: until then
+// its processes could reach what the policy denies. (Plugins that learn
+// the IP as they give it, as Calico and Cilium do, need no wait; it
+// costs them that second.) A pod that failed meanwhile returns why.
+func (d *Driver) beforeGate(ctx context.Context, id string) error {
+	d.mu.Lock()
+	policed := d.policed[id]
+	d.mu.Unlock()
+	if !policed {
+		return nil
+	}
+	for {
+		p, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			return classify("get pod", id, err)
+		case failure(p) != nil:
+			return failure(p)
+		case p.Status.PodIP != "":
+			d.mu.Lock()
+			delete(d.policed, id)
+			d.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("vm: kube: waiting for pod %s's IP, which its NetworkPolicy needs to hold (%s): %w", id, describe(p), ctx.Err())
+		case <-time.After(ipEvery):
+		}
+	}
+}
+
+// ipEvery is how often beforeGate reads a pod's status.
+const ipEvery = 50 * time.Millisecond
 
 // firstByte closes seen at the first byte written to it, and drops them
 // all.
@@ -112,11 +158,13 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	tarball := d.installs[id]
 	d.mu.Unlock()
 	install := tarball != nil
+	gate := make(chan struct{})
 	go func() {
-		// The gate's line, once its first dot came through this attach:
-		// the container runs and the attach reaches it (pod.go's gate).
+		// The gate's line, once its first dot came through this attach
+		// (the container runs and the attach reaches it: pod.go's gate)
+		// and beforeGate let it.
 		select {
-		case <-first.seen:
+		case <-gate:
 		case <-s.done:
 			return
 		}
@@ -130,6 +178,11 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	}()
 	select {
 	case <-first.seen:
+		if err := d.beforeGate(ctx, id); err != nil {
+			s.Close()
+			return nil, err
+		}
+		close(gate)
 		// Held for Remove, which waits for it to end (the agent's exit)
 		// before deleting the pod.
 		d.mu.Lock()

@@ -117,6 +117,7 @@ type Driver struct {
 	// while CopyIn is yet to give it.
 	installs map[string][]byte
 	held     map[string]*stream // pod → the attach holding Main's stdin (both paths)
+	policed  map[string]bool    // pods with a deny-all policy whose gate waits for their IP (beforeGate)
 }
 
 var (
@@ -126,7 +127,7 @@ var (
 
 // New returns the driver that makes pods through c as o says.
 func New(c *Client, o Options) *Driver {
-	return &Driver{c: c, o: o, installs: map[string][]byte{}, held: map[string]*stream{}}
+	return &Driver{c: c, o: o, installs: map[string][]byte{}, held: map[string]*stream{}, policed: map[string]bool{}}
 }
 
 // Image returns the architecture of the cluster's nodes (the first Ready
@@ -234,6 +235,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 				err = errors.Join(err, derr)
 			}
 			return "", err
+		}
+		if d.o.Enforced {
+			d.mu.Lock()
+			d.policed[id] = true
+			d.mu.Unlock()
 		}
 	}
 	if spec.Agent != "" {
@@ -352,6 +358,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	held := d.held[id]
 	delete(d.held, id)
 	delete(d.installs, id)
+	delete(d.policed, id)
 	d.mu.Unlock()
 	if held != nil {
 		held.end(ctx, endWait)
@@ -401,6 +408,7 @@ func (d *Driver) Close() {
 	held := d.held
 	d.held = map[string]*stream{}
 	clear(d.installs)
+	clear(d.policed)
 	d.mu.Unlock()
 	for _, s := range held {
 		s.Close()

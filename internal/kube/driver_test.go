@@ -103,6 +103,80 @@ func TestCreatePolicyRefused(t *testing.T) {
 	assert.Empty(t, d.installs, "CopyIn would keep an agent for a deleted pod")
 }
 
+// On a cluster that enforces policies, a pod with a deny-all policy
+// runs nothing of the caller's before its status names its IP: the gate
+// waits for it, reading the status until it does, and says why when the
+// pod failed or ctx ended first. Elsewhere, and for a pod with no
+// policy, the gate does not wait.
+func TestBeforeGateWaitsForTheIP(t *testing.T) {
+	t.Parallel()
+	made := func(enforced bool, network string, status ...corev1.PodStatus) (*Driver, *fake.Clientset, string) {
+		d, cs := fakeDriver(t)
+		d.o.Enforced = enforced
+		spec := baseSpec()
+		spec.Network = network
+		id, err := d.Create(context.Background(), spec)
+		require.NoError(t, err)
+		gets := 0
+		cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, kruntime.Object, error) {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: "ns"}}
+			p.Status = status[min(gets, len(status)-1)]
+			gets++
+			return true, p, nil
+		})
+		return d, cs, id
+	}
+	gets := func(cs *fake.Clientset) int {
+		n := 0
+		for _, v := range verbs(cs) {
+			if v == "get pods" {
+				n++
+			}
+		}
+		return n
+	}
+	none, ip := corev1.PodStatus{Phase: corev1.PodRunning}, corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.7"}
+
+	t.Run("enforced", func(t *testing.T) {
+		d, cs, id := made(true, "none", none, none, ip)
+		require.NoError(t, d.beforeGate(context.Background(), id))
+		assert.Equal(t, 3, gets(cs), "status reads")
+		require.NoError(t, d.beforeGate(context.Background(), id))
+		assert.Equal(t, 3, gets(cs), "a second gate waits for nothing")
+	})
+	for _, c := range []struct {
+		name     string
+		enforced bool
+		network  string
+	}{{"unenforced", false, "none"}, {"no policy", true, "pod"}} {
+		t.Run(c.name, func(t *testing.T) {
+			d, cs, id := made(c.enforced, c.network, none)
+			require.NoError(t, d.beforeGate(context.Background(), id))
+			assert.Zero(t, gets(cs), "status reads")
+		})
+	}
+	t.Run("failed", func(t *testing.T) {
+		exited := corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: Main,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error"}}}}}
+		d, _, id := made(true, "none", none, exited)
+		assert.ErrorIs(t, d.beforeGate(context.Background(), id), driver.ErrContainerNotRunning)
+	})
+	t.Run("ctx", func(t *testing.T) {
+		d, _, id := made(true, "none", none)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*ipEvery)
+		defer cancel()
+		err := d.beforeGate(ctx, id)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "NetworkPolicy")
+	})
+	t.Run("removed", func(t *testing.T) {
+		d, cs, id := made(true, "none", none)
+		require.NoError(t, d.Remove(context.Background(), id))
+		require.NoError(t, d.beforeGate(context.Background(), id))
+		assert.Zero(t, gets(cs), "status reads after Remove")
+	})
+}
+
 // session is a held attach of the tests' own: it records, in order, its
 // stdin's closing, its end and the pod's deletion (Driver.Remove's steps).
 type session struct {

@@ -101,6 +101,10 @@ type Options struct {
 	// AttachOnly keeps every call on the attach stream: Address refuses,
 	// and the deny-all policy lets nothing in.
 	AttachOnly bool
+	// Enforced says the cluster's network plugin enforces NetworkPolicy:
+	// a pod with a deny-all policy runs nothing of the caller's before
+	// its status names its IP ([Driver.Attach]).
+	Enforced bool
 }
 
 // Check reports whether spec can be honoured as o says, without a

@@ -197,3 +197,29 @@ func TestAgentPortRefusesOtherPods(t *testing.T) {
 		assert.Equal(t, want, n, "%s: bytes the agent sent another pod (stderr %q)", name, res.Stderr)
 	}
 }
+
+// With kube.WithNetworkPolicy, nothing of the caller's runs in a pod with
+// a deny-all policy before the pod's status names its IP, which plugins
+// that find pods by it need to hold the policy: Create returns only then,
+// on both paths. (This cluster enforces no policy; the test declares it
+// does to see the wait. Without the wait, Create returns while the status
+// has no IP yet: the kubelet reports it at its next relist.)
+func TestEnforcedPolicyWaitsForTheIP(t *testing.T) {
+	e := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, viaExec := range []bool{false, true} {
+		cfg := e.config(vm.Config{PodmanExec: viaExec})
+		v, err := kube.New(ctx, cfg, kube.WithKubeconfig(e.kubeconfig), kube.WithNamespace(e.namespace),
+			kube.WithNetworkPolicy(), kube.WithLifetime(time.Hour))
+		require.NoError(t, err)
+		require.NoError(t, v.Create(ctx))
+		pod, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, v.ID(), metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotEmpty(t, pod.Status.PodIP, "exec path %v: Create returned before the pod's status named its IP", viaExec)
+		res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"ok"}})
+		require.NoError(t, err)
+		assert.Equal(t, "ok\n", res.Stdout)
+		assert.NoError(t, v.Remove(context.WithoutCancel(ctx)))
+	}
+}

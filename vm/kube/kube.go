@@ -140,7 +140,11 @@ func WithLifetime(d time.Duration) Option { return func(o *options) { o.lifetime
 
 // WithNetworkPolicy declares that the cluster's network plugin enforces
 // NetworkPolicy: Network "none" becomes a deny-all policy on the pod, and
-// means no traffic in or out.
+// means no traffic in or out. Create then also waits for the pod's status
+// to name its IP before anything of the caller's runs there: plugins that
+// find pods by that IP (kube-router, kube-network-policies) enforce
+// nothing for a pod before, and the kubelet reports it up to a second
+// after the container runs.
 func WithNetworkPolicy() Option { return func(o *options) { o.policy = policyEnforced } }
 
 // WithUnenforcedNetworkPolicy accepts, in writing, that Network "none"
@@ -204,7 +208,8 @@ func Backend(opts ...Option) vm.Backend {
 // options cannot honour (ikube.Check), then connects.
 func opener(o options) driver.Opener {
 	return func(ctx context.Context, spec *driver.Spec) (driver.Driver, error) {
-		iopts := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse, AttachOnly: o.attachOnly}
+		iopts := ikube.Options{RuntimeClass: o.runtimeClass, Lifetime: o.lifetime, DenyAll: o.policy != policyRefuse, AttachOnly: o.attachOnly,
+			Enforced: o.policy == policyEnforced}
 		if spec != nil {
 			if err := ikube.Check(*spec, iopts); err != nil {
 				return nil, err
