@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -25,38 +26,40 @@ import (
 // lifeline attaches to the stdin of Main of pod id, which runs cat behind
 // the gate (pod.go), and keeps the attach. Once the gate's first dot came
 // through it, the attach reaches the running container: it opens the gate
-// with a line, and only then does the pod's end hang on this process's.
-// (A line written before then could reach a stdin nobody reads yet, and
-// the attach that wrote it be cut as the container starts.)
-func (d *Driver) lifeline(ctx context.Context, id string) error {
+// with a line (once beforeGate lets it), and only then does the pod's end
+// hang on this process's. (A line written before then could reach a stdin
+// nobody reads yet, and the attach that wrote it be cut as the container
+// starts.) again says whether another attempt may do better: not once the
+// attach reached the container, whose stdin (stdinOnce) ends with it.
+func (d *Driver) lifeline(ctx context.Context, id string) (again bool, err error) {
 	pr, pw := io.Pipe()
 	dot := &firstByte{seen: make(chan struct{})}
 	line, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
 		remotecommand.StreamOptions{Stdin: pr, Stdout: dot})
 	if err != nil {
-		return err
+		return true, err
 	}
 	line.closers = append(line.closers, pw)
 	select {
 	case <-dot.seen:
 		if err := d.beforeGate(ctx, id); err != nil {
 			line.Close()
-			return err
+			return false, err
 		}
 		go func() { _, _ = pw.Write([]byte("\n")) }()
 		d.mu.Lock()
 		d.held[id] = line
 		d.mu.Unlock()
-		return nil
+		return false, nil
 	case <-line.done:
 		line.Close()
 		if line.err == nil {
-			return fmt.Errorf("%w: kube: pod %s: cat ended", driver.ErrContainerNotRunning, id)
+			return true, fmt.Errorf("%w: kube: pod %s: cat ended", driver.ErrContainerNotRunning, id)
 		}
-		return classify("attach to", id, line.err)
+		return true, classify("attach to", id, line.err)
 	case <-ctx.Done():
 		line.Close()
-		return fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+		return false, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
 	}
 }
 
@@ -64,12 +67,15 @@ func (d *Driver) lifeline(ctx context.Context, id string) error {
 // at once, unless it has a deny-all policy on a cluster that enforces
 // them (Options.Enforced). Then it waits until the pod's status names
 // its IP. Plugins that enforce policies by the pods' IPs as the API
-// server reports them (kube-router's, kube-network-policies) cannot
-// match a pod's packets before, and the kubelet reports the IP only at
-// its next relist, up to a second after the container runs: until then
-// its processes could reach what the policy denies. (Plugins that learn
-// the IP as they give it, as Calico and Cilium do, need no wait; it
-// costs them that second.) A pod that failed meanwhile returns why.
+// server reports them (kube-router's, kube-network-policies) can match
+// nothing of a pod before, and the kubelet reports the IP only at its
+// next relist, up to a second after the container runs. The wait
+// narrows that window to the plugin's own lag behind the status; it
+// does not close it (plugins that learn the IP as they give it, as
+// Calico and Cilium do, have none). It goes on through reads of the
+// status that fail for a moment, and returns at once when the pod is
+// gone or failed, the API server refuses for good, or the pod was
+// removed (or the driver closed) meanwhile.
 func (d *Driver) beforeGate(ctx context.Context, id string) error {
 	d.mu.Lock()
 	policed := d.policed[id]
@@ -80,19 +86,27 @@ func (d *Driver) beforeGate(ctx context.Context, id string) error {
 	for {
 		p, err := d.c.CS.CoreV1().Pods(d.o.Namespace).Get(ctx, id, metav1.GetOptions{})
 		switch {
-		case err != nil:
+		case apierrors.IsNotFound(err), apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 			return classify("get pod", id, err)
+		case err != nil: // a moment's trouble, or ctx: see below
 		case failure(p) != nil:
 			return failure(p)
 		case p.Status.PodIP != "":
 			d.mu.Lock()
+			defer d.mu.Unlock()
+			if !d.policed[id] {
+				return fmt.Errorf("%w: kube: pod %s was removed, or its driver closed, while it waited for its IP", driver.ErrNoSuchContainer, id)
+			}
 			delete(d.policed, id)
-			d.mu.Unlock()
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("vm: kube: waiting for pod %s's IP, which its NetworkPolicy needs to hold (%s): %w", id, describe(p), ctx.Err())
+			why := describe(p)
+			if err != nil {
+				why = err.Error()
+			}
+			return fmt.Errorf("vm: kube: waiting for pod %s's IP, which its NetworkPolicy needs to hold (%s): %w", id, why, ctx.Err())
 		case <-time.After(ipEvery):
 		}
 	}
@@ -121,19 +135,20 @@ func (f *firstByte) Write(p []byte) (int, error) {
 // it runs the agent (installGate). The agent's handshake comes next.
 // Until the gate's first dot came through, it tries again while the
 // kubelet says Main is not running yet (its status, which the kubelet
-// reports a second or more late, is not waited for).
+// reports a second or more late, is not waited for, but where
+// beforeGate says: a pod whose deny-all policy an enforcing plugin
+// must find by its IP).
 func (d *Driver) Attach(ctx context.Context, id string) (io.ReadWriteCloser, error) {
 	var a *attached
-	err := d.retry(ctx, id, "attaching to the agent", func() (bool, error) {
-		var err error
-		a, err = d.attach(ctx, id)
-		return true, err
+	err := d.retry(ctx, id, "attaching to the agent", func() (again bool, err error) {
+		a, again, err = d.attach(ctx, id)
+		return again, err
 	})
 	return a, err
 }
 
-// attach is one attempt of Attach.
-func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
+// attach is one attempt of Attach; again as lifeline's.
+func (d *Driver) attach(ctx context.Context, id string) (a *attached, again bool, err error) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	// Not stderr: the agent puts /dev/null on its fd 2 as it starts, and
@@ -143,7 +158,7 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	s, err := d.open(id, "attach", &corev1.PodAttachOptions{Container: Main, Stdin: true, Stdout: true},
 		remotecommand.StreamOptions{Stdin: inR, Stdout: io.MultiWriter(first, outW)})
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	s.closers = append(s.closers, inW, outR)
 	go func() {
@@ -179,8 +194,8 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 	select {
 	case <-first.seen:
 		if err := d.beforeGate(ctx, id); err != nil {
-			s.Close()
-			return nil, err
+			s.Close() // and so Main's stdin: the pod ends
+			return nil, false, err
 		}
 		close(gate)
 		// Held for Remove, which waits for it to end (the agent's exit)
@@ -190,16 +205,16 @@ func (d *Driver) attach(ctx context.Context, id string) (*attached, error) {
 		delete(d.installs, id) // written on this attach, or it ends
 		d.mu.Unlock()
 		out := &dotless{r: outR, early: func(err error) error { return d.diagnose(id, err) }}
-		return &attached{s: s, in: inW, out: out}, nil
+		return &attached{s: s, in: inW, out: out}, false, nil
 	case <-s.done:
 		s.Close() // the gate's writer is blocked on the pipe
 		if s.err == nil {
-			return nil, fmt.Errorf("%w: kube: pod %s: the agent's stream ended before its handshake", driver.ErrContainerNotRunning, id)
+			return nil, true, fmt.Errorf("%w: kube: pod %s: the agent's stream ended before its handshake", driver.ErrContainerNotRunning, id)
 		}
-		return nil, classify("attach to", id, s.err)
+		return nil, true, classify("attach to", id, s.err)
 	case <-ctx.Done():
 		s.Close()
-		return nil, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
+		return nil, false, fmt.Errorf("vm: kube: attaching to pod %s: %w", id, ctx.Err())
 	}
 }
 

@@ -199,7 +199,9 @@ const labelSandbox = "io.podvm.kube.sandbox"
 // before the policy exists, as nothing runs before Create returns (pod.go):
 // on the agent's path Main waits behind the gate for Attach; on the exec path
 // Main's cat reads a stdin nobody writes to, and a command runs only in
-// an exec session ([Driver.Exec]).
+// an exec session ([Driver.Exec]). Where Options.Enforced, the gate stays
+// shut until the pod's status names its IP, which plugins that find pods
+// by it need (beforeGate).
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 	d.mu.Lock()
 	o := d.o
@@ -249,7 +251,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) (string, error) {
 		return id, nil
 	}
 	return id, d.retry(ctx, id, "attaching to the sandbox", func() (bool, error) {
-		return true, d.lifeline(ctx, id)
+		return d.lifeline(ctx, id)
 	})
 }
 

@@ -175,6 +175,44 @@ func TestBeforeGateWaitsForTheIP(t *testing.T) {
 		require.NoError(t, d.beforeGate(context.Background(), id))
 		assert.Zero(t, gets(cs), "status reads after Remove")
 	})
+	t.Run("removed while waiting", func(t *testing.T) {
+		d, cs, id := made(true, "none", none, ip)
+		cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, kruntime.Object, error) {
+			d.mu.Lock()
+			delete(d.policed, id) // as Remove or Close do (a reactor cannot call the fake)
+			d.mu.Unlock()
+			return false, nil, nil
+		})
+		assert.ErrorIs(t, d.beforeGate(context.Background(), id), driver.ErrNoSuchContainer)
+	})
+	t.Run("a read that fails for a moment", func(t *testing.T) {
+		d, cs, id := made(true, "none", none, ip)
+		failed := false
+		cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, kruntime.Object, error) {
+			if !failed {
+				failed = true
+				return true, nil, apierrors.NewInternalError(errors.New("etcd is slow"))
+			}
+			return false, nil, nil
+		})
+		require.NoError(t, d.beforeGate(context.Background(), id))
+		assert.Equal(t, 3, gets(cs), "status reads: the failed one, then none, then the IP")
+	})
+	t.Run("gone", func(t *testing.T) {
+		d, cs, id := made(true, "none", none)
+		cs.PrependReactor("get", "pods", func(k8stesting.Action) (bool, kruntime.Object, error) {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, id)
+		})
+		assert.ErrorIs(t, d.beforeGate(context.Background(), id), driver.ErrNoSuchContainer)
+		assert.Equal(t, 1, gets(cs), "status reads")
+	})
+}
+
+// retry tries at once for a pod that starts at once, then less often.
+func TestRetryPause(t *testing.T) {
+	assert.Equal(t, retryEvery, pause(1))
+	assert.Equal(t, retryEvery, pause(retryFast))
+	assert.Equal(t, retrySlow, pause(retryFast+1))
 }
 
 // session is a held attach of the tests' own: it records, in order, its
