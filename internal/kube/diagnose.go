@@ -21,13 +21,16 @@ import (
 // while pod id may still get where attempt wants it: a failure that the
 // pod's status explains is returned as that, one that the API server
 // refuses for good (forbidden) at once, and others are tried again every
-// retryEvery, until ctx ends. The status is read every statusEvery at
-// most: the kubelet reports a container's trouble at its relist, a
-// second apart, while an attach reaches a container the moment it runs.
+// retryEvery for the first retryFast tries, which a pod that starts at
+// once needs, and every retrySlow after (an image being pulled, a pod
+// waiting for a node: each try goes through the API server to the
+// kubelet). The status is read every statusEvery at most: the kubelet
+// reports a container's trouble at its relist, a second apart, while an
+// attach reaches a container the moment it runs.
 func (d *Driver) retry(ctx context.Context, id, what string, attempt func() (again bool, err error)) error {
 	var p *corev1.Pod
 	var read time.Time
-	for {
+	for tries := 1; ; tries++ {
 		again, err := attempt()
 		if err == nil || !again || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || ctx.Err() != nil {
 			return err
@@ -46,15 +49,25 @@ func (d *Driver) retry(ctx context.Context, id, what string, attempt func() (aga
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("vm: kube: %s (pod %s, %s): %w (last: %v)", what, id, describe(p), ctx.Err(), err)
-		case <-time.After(retryEvery):
+		case <-time.After(pause(tries)):
 		}
 	}
 }
 
-// retryEvery is retry's pause between attempts; statusEvery how often
-// at most it reads the pod's status.
+// pause is retry's pause after its tries-th attempt.
+func pause(tries int) time.Duration {
+	if tries <= retryFast {
+		return retryEvery
+	}
+	return retrySlow
+}
+
+// retry's pauses between attempts, and how often at most it reads the
+// pod's status.
 const (
 	retryEvery  = 25 * time.Millisecond
+	retryFast   = 60 // 1.5 s of pauses, and the tries' own time
+	retrySlow   = 200 * time.Millisecond
 	statusEvery = 250 * time.Millisecond
 )
 
