@@ -18,8 +18,10 @@ import (
 // This file is how calls reach a sandbox's agent: on the channel Create
 // made, whose end is the sandbox's end, or, where the driver gives the
 // sandbox a network address ([driver.Addresser]: a pod) and the caller
-// reaches it, on peers: TCP connections to the agent at that address,
-// secured by a key that only the first channel carried (package psk).
+// reaches it, on peers: TCP connections to the agent at that address (or
+// the sandbox's own, as its agent finds it, while the engine has not
+// reported one: peerAddress), secured by a key that only the first
+// channel carried (package psk).
 // On Kubernetes the first channel is the API server's attach stream, a
 // relay through the API server and the kubelet that every byte of every
 // call would share; peers go the pod network's way, each its own

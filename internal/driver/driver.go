@@ -83,10 +83,14 @@ type Driver interface {
 // caller reaches when it runs in the cluster or on a node, or the pod
 // network is routed to it). package vm then dials the sandbox's agent
 // there (its peers, package agent), and uses the channel [Driver.Attach]
-// made only while no such connection answers.
+// made only while no such connection answers. A container's own
+// address, as its agent finds it on its interfaces, is one the caller
+// may dial as well, while Address has none yet: package vm does when the
+// agent finds exactly one.
 type Addresser interface {
 	// Address returns the IP address of running container id, or ""
-	// when it has none yet.
+	// when it has none yet; an error when its containers offer none to
+	// dial (a pod on its node's network).
 	Address(ctx context.Context, id string) (string, error)
 }
 

@@ -213,6 +213,7 @@ func TestEnforcedPolicyWaitsForTheIP(t *testing.T) {
 		v, err := kube.New(ctx, cfg, kube.WithKubeconfig(e.kubeconfig), kube.WithNamespace(e.namespace),
 			kube.WithNetworkPolicy(), kube.WithLifetime(time.Hour))
 		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, v.Remove(context.WithoutCancel(ctx))) })
 		require.NoError(t, v.Create(ctx))
 		pod, err := e.cs.CoreV1().Pods(e.namespace).Get(ctx, v.ID(), metav1.GetOptions{})
 		require.NoError(t, err)
@@ -220,6 +221,5 @@ func TestEnforcedPolicyWaitsForTheIP(t *testing.T) {
 		res, err := v.Run(ctx, exec.Command{Name: "echo", Args: []string{"ok"}})
 		require.NoError(t, err)
 		assert.Equal(t, "ok\n", res.Stdout)
-		assert.NoError(t, v.Remove(context.WithoutCancel(ctx)))
 	}
 }

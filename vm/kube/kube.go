@@ -144,7 +144,8 @@ func WithLifetime(d time.Duration) Option { return func(o *options) { o.lifetime
 // to name its IP before anything of the caller's runs there: plugins that
 // find pods by that IP (kube-router, kube-network-policies) enforce
 // nothing for a pod before, and the kubelet reports it up to a second
-// after the container runs.
+// after the container runs. The wait narrows that window to the plugin's
+// own lag; see "What holds" in docs/kubernetes.md.
 func WithNetworkPolicy() Option { return func(o *options) { o.policy = policyEnforced } }
 
 // WithUnenforcedNetworkPolicy accepts, in writing, that Network "none"
