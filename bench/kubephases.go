@@ -41,7 +41,10 @@ type podTimes struct {
 }
 
 // watchPods records the marks of the namespace's podvm pods (those
-// podvm labels its own) until ctx ends.
+// podvm labels its own) until ctx ends. A watch that the API server ends
+// or breaks (its timeout, a stream it could not go on with) is made
+// again, from the last version it saw, so that a run's marks do not stop
+// at the first; its failure is kept only if making it again fails.
 func (c *cluster) watchPods(ctx context.Context) (*podTimes, error) {
 	w, err := c.cs.CoreV1().Pods(c.namespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -49,31 +52,58 @@ func (c *cluster) watchPods(ctx context.Context) (*podTimes, error) {
 	}
 	pt := &podTimes{seen: map[string]map[string]time.Time{}}
 	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			if ev.Type == watch.Error {
-				pt.mu.Lock()
-				pt.err = fmt.Errorf("the pods' watch: %v", ev.Object)
-				pt.mu.Unlock()
+		version := ""
+		for {
+			version = pt.follow(w, version)
+			select {
+			case <-ctx.Done():
 				return
+			case <-time.After(50 * time.Millisecond): // not a tight loop on a server that ends each at once
 			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || p.Labels[vm.LabelManaged] != "true" {
-				continue
-			}
-			pt.mark(p.Name, "added", now)
-			if p.Spec.NodeName != "" {
-				pt.mark(p.Name, "scheduled", now)
-			}
-			for _, s := range p.Status.ContainerStatuses {
-				if s.State.Running != nil {
-					pt.mark(p.Name, "main", now)
+			if w, err = c.cs.CoreV1().Pods(c.namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: version}); err != nil {
+				// Too old a version, say: from now on, whatever comes.
+				if w, err = c.cs.CoreV1().Pods(c.namespace).Watch(ctx, metav1.ListOptions{}); err != nil {
+					if ctx.Err() == nil {
+						pt.mu.Lock()
+						pt.err = fmt.Errorf("the pods' watch, made again: %w", err)
+						pt.mu.Unlock()
+					}
+					return
 				}
 			}
 		}
 	}()
 	return pt, nil
+}
+
+// follow records the marks w brings until it ends or fails, and returns
+// the last resource version it saw (version if none).
+func (pt *podTimes) follow(w watch.Interface, version string) string {
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		now := time.Now()
+		if ev.Type == watch.Error {
+			return version
+		}
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		version = p.ResourceVersion
+		if p.Labels[vm.LabelManaged] != "true" {
+			continue
+		}
+		pt.mark(p.Name, "added", now)
+		if p.Spec.NodeName != "" {
+			pt.mark(p.Name, "scheduled", now)
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.State.Running != nil {
+				pt.mark(p.Name, "main", now)
+			}
+		}
+	}
+	return version
 }
 
 func (pt *podTimes) mark(pod, mark string, at time.Time) {
