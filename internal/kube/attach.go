@@ -172,32 +172,22 @@ func (d *Driver) attach(ctx context.Context, id string) (a *attached, again bool
 	d.mu.Lock()
 	tarball := d.installs[id]
 	d.mu.Unlock()
-	install := tarball != nil
-	gate := make(chan struct{})
-	go func() {
-		// The gate's line, once its first dot came through this attach
-		// (the container runs and the attach reaches it: pod.go's gate)
-		// and beforeGate let it.
-		select {
-		case <-gate:
-		case <-s.done:
-			return
-		}
-		if !install {
-			_, _ = inW.Write([]byte("\n"))
-			return
-		}
-		// One Write, the line and the stream: nothing of the caller's
-		// can come between them.
-		_, _ = inW.Write(append([]byte(fmt.Sprintf("%d\n", len(tarball))), tarball...))
-	}()
+	// The gate's line, once its first dot came through this attach (the
+	// container runs and the attach reaches it: pod.go's gate) and
+	// beforeGate lets it: with the agent's tar stream after it when there
+	// is one to install, in one Write, so that nothing of the caller's
+	// can come between them.
+	line := []byte("\n")
+	if tarball != nil {
+		line = append([]byte(fmt.Sprintf("%d\n", len(tarball))), tarball...)
+	}
 	select {
 	case <-first.seen:
 		if err := d.beforeGate(ctx, id); err != nil {
 			s.Close() // and so Main's stdin: the pod ends
 			return nil, false, err
 		}
-		close(gate)
+		go func() { _, _ = inW.Write(line) }() // the stream's Close ends it
 		// Held for Remove, which waits for it to end (the agent's exit)
 		// before deleting the pod.
 		d.mu.Lock()
@@ -207,7 +197,7 @@ func (d *Driver) attach(ctx context.Context, id string) (a *attached, again bool
 		out := &dotless{r: outR, early: func(err error) error { return d.diagnose(id, err) }}
 		return &attached{s: s, in: inW, out: out}, false, nil
 	case <-s.done:
-		s.Close() // the gate's writer is blocked on the pipe
+		s.Close()
 		if s.err == nil {
 			return nil, true, fmt.Errorf("%w: kube: pod %s: the agent's stream ended before its handshake", driver.ErrContainerNotRunning, id)
 		}
