@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,7 +75,12 @@ func TestPumpSpliceFallsBack(t *testing.T) {
 				got <- b.Bytes()
 			}()
 			wg.Wait()
-			assert.True(t, bytes.Equal(data, <-got), "the bytes differ")
+			select {
+			case b := <-got:
+				assert.True(t, bytes.Equal(data, b), "the bytes differ")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the pump ended, and the reader still waits for bytes")
+			}
 			s.wmu.Lock()
 			defer s.wmu.Unlock()
 			assert.Equal(t, c.after, s.noSplice)
@@ -102,18 +108,18 @@ func unixPair(t *testing.T) (*net.UnixConn, net.Conn) {
 }
 
 // servedBy returns a TCP connection whose other end serve is handed.
+// The other end is accepted before the listener closes: a connection
+// still in the listener's queue when it closes is reset.
 func servedBy(t *testing.T, serve func(net.Conn)) net.Conn {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			serve(c)
-		}
-	}()
 	c, err := net.Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
+	s, err := l.Accept()
+	require.NoError(t, err)
+	go serve(s)
 	return c
 }
