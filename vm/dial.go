@@ -41,7 +41,13 @@ type ServiceDialer interface {
 //
 // The connection ends when the sandbox's side closes it (Read returns
 // io.EOF once what came is read), when it is closed, or when the sandbox
-// is removed or dies. Its deadlines work as any net.Conn's, and it has a
+// is removed or dies. Read returns io.EOF only for the first: a
+// connection that failed in the sandbox (reset) returns the errno the
+// sandbox saw (errors.Is(err, syscall.ECONNRESET)), and one whose
+// sandbox was removed [ErrRemoved] (or [ErrUnavailable] when the
+// channel to its agent broke), so that a stream cut short never reads
+// as one that ended. A [Forward] passes such a failure on to its
+// client as a TCP reset. Its deadlines work as any net.Conn's, and it has a
 // half-close, as a *net.TCPConn has: its CloseWrite method (assert
 // interface{ CloseWrite() error }) makes the service read EOF while its
 // answer can still be read. A VM that is not a [ServiceDialer] fails
@@ -98,7 +104,26 @@ func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) 
 	if err != nil {
 		return nil, err // a nil net.Conn, not one holding a nil *agent.Conn
 	}
-	return c, nil
+	return &sandboxConn{Conn: c, s: s}, nil
+}
+
+// sandboxConn is a connection of [Dial]: the agent's, whose Read names
+// the sandbox's end when the channel to it ended under the connection.
+type sandboxConn struct {
+	*agent.Conn
+	s *sandbox
+}
+
+func (c *sandboxConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && errors.Is(err, agent.ErrChannelClosed) {
+		if c.s.state().removed {
+			err = fmt.Errorf("vm: %w: %w", ErrRemoved, err)
+		} else {
+			err = fmt.Errorf("%w: vm: the channel to the sandbox's agent ended: %w", ErrUnavailable, err)
+		}
+	}
+	return n, err
 }
 
 // splice connects to address on network in the sandbox, as dial does,
@@ -415,13 +440,22 @@ func (f *Forwarder) carrySplice(c net.Conn) {
 			return
 		}
 	}
-	if sp.Err() == nil {
-		if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-			_ = c.SetReadDeadline(time.Now().Add(forwardLinger))
-			_, _ = io.Copy(io.Discard, rw)
-		}
+	if sp.Err() != nil {
+		reset(c) // the service's side failed: the client is not told it closed
+	} else if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_ = c.SetReadDeadline(time.Now().Add(forwardLinger))
+		_, _ = io.Copy(io.Discard, rw)
 	}
 	f.untrack(c)
+}
+
+// reset closes c with a reset where it is a TCP connection, so that its
+// peer reads a failure, not an end: what it read may be cut short.
+func reset(c net.Conn) {
+	if tc, ok := c.(interface{ SetLinger(int) error }); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // clientConn is a client's connection as a splice reads and writes it:
@@ -585,11 +619,15 @@ func (f *Forwarder) carry(c net.Conn) {
 }
 
 // pass copies src to dst until src ends, then half-closes dst (closes it
-// when it has no half-close).
+// when it has no half-close). When src failed instead (reset), or dst
+// did, dst is reset ([reset]): its peer is not told the stream ended.
+// One the forward closed itself (its Close) is closed.
 func pass(dst, src net.Conn) {
 	buf := make([]byte, 128<<10)
-	_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe) {
+		reset(dst)
+	} else if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	} else {
 		dst.Close()

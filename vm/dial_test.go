@@ -28,6 +28,7 @@ type dialVM struct {
 	serve   func(net.Conn)
 	refused atomic.Bool
 	dials   atomic.Int32
+	fail    error // the sandbox's connections fail so once served, rather than end
 }
 
 func (d *dialVM) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
@@ -37,7 +38,25 @@ func (d *dialVM) DialContext(ctx context.Context, network, address string) (net.
 	}
 	a, b := net.Pipe()
 	go d.serve(b)
+	if d.fail != nil {
+		return &failingConn{Conn: a, err: d.fail}, nil
+	}
 	return a, nil
+}
+
+// failingConn is a connection whose stream, once its peer closed it,
+// fails with err instead of ending.
+type failingConn struct {
+	net.Conn
+	err error
+}
+
+func (c *failingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err == io.EOF {
+		err = c.err
+	}
+	return n, err
 }
 
 func (d *dialVM) DialListening(ctx context.Context, network, address string) (net.Conn, error) {
@@ -136,4 +155,41 @@ func TestLiveBeforeCreate(t *testing.T) {
 	assert.ErrorIs(t, err, vm.ErrRemoved)
 	_, err = vm.Forward(ctx, v, "tcp", "127.0.0.1:80")
 	assert.ErrorIs(t, err, vm.ErrRemoved)
+}
+
+// A connection that failed in the sandbox reaches the forward's client
+// as a reset, after what came before it: a client never takes a stream
+// cut short for one that ended. One that ended reaches it as EOF.
+func TestForwardPassesAReset(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		fail error
+		want error
+	}{{syscall.ECONNRESET, syscall.ECONNRESET}, {nil, nil}} {
+		v := &dialVM{fail: c.fail, serve: func(c net.Conn) {
+			// The client's byte first: a reset before its connect
+			// returned would fail the connect.
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				_, _ = io.WriteString(c, "partial")
+			}
+			c.Close()
+		}}
+		f, err := vm.Forward(ctx, v, "tcp", "127.0.0.1:80")
+		require.NoError(t, err)
+		defer f.Close()
+		conn, err := net.Dial("tcp", f.Addr().String())
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.Write([]byte("x"))
+		require.NoError(t, err)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(conn)
+		if c.want == nil {
+			assert.NoError(t, err, "an end reads as EOF")
+		} else {
+			assert.ErrorIs(t, err, c.want)
+		}
+		assert.Equal(t, "partial", string(got))
+	}
 }

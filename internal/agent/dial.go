@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/podvm/podvm/internal/agent/wire"
@@ -89,8 +90,20 @@ type Conn struct {
 	closed atomic.Bool // Close was called
 }
 
-// Read reads what the sandbox's side sent.
-func (c *Conn) Read(p []byte) (int, error) { return c.rd.Read(p) }
+// Read reads what the sandbox's side sent. Once that is read, it
+// returns io.EOF when the sandbox's side closed the connection; when
+// the connection failed there instead (reset), or the channel to the
+// agent ended, an error that says so ([syscall.ECONNRESET], say, or
+// [ErrChannelClosed]): what came before may be cut short.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.rd.Read(p)
+	if err == io.EOF {
+		if broke := c.r.broken(); broke != nil {
+			err = fmt.Errorf("agent: read %s %s in the sandbox: %w", c.remote.network, c.remote.address, broke)
+		}
+	}
+	return n, err
+}
 
 // Write sends p to the sandbox's side.
 func (c *Conn) Write(p []byte) (int, error) { return c.wr.Write(p) }
@@ -206,13 +219,14 @@ func (s *Splice) Ended() <-chan struct{} { return s.r.ended }
 func (s *Splice) Done() <-chan struct{} { return s.r.out[0].done }
 
 // Err is, once Done is closed, why the connection failed: it could not
-// be made, or the channel ended (nil when the connection ended as
-// connections do).
+// be made, it failed in the sandbox (reset: [syscall.ECONNRESET], say),
+// or the channel ended (nil when the connection was closed as
+// connections are).
 func (s *Splice) Err() error {
 	select {
 	case <-s.r.exited:
 		if s.r.exit.Status == wire.Exited {
-			return nil
+			return s.r.broken()
 		}
 		_, err := s.r.result(nil)
 		return err
@@ -220,7 +234,7 @@ func (s *Splice) Err() error {
 	}
 	select {
 	case <-s.r.ended:
-		return s.r.c.err
+		return s.r.broken()
 	default:
 		return nil
 	}
@@ -249,3 +263,27 @@ func (s *Splice) Close() error {
 // Dead is closed once the channel to the agent has ended: every run and
 // connection on it has ended too.
 func (c *Client) Dead() <-chan struct{} { return c.dead }
+
+// broken is why a Dial's connection that ended did not end as closed:
+// its reading in the sandbox failed (the errno the agent saw), or the
+// channel ended before the agent said it ended. Nil for a connection
+// closed there, or by Close, and for one not ended.
+func (r *clientRun) broken() error {
+	select {
+	case <-r.exited:
+		if r.exit.Status == wire.Exited && !r.exit.Killed && r.exit.Code > 0 {
+			return syscall.Errno(r.exit.Code)
+		}
+		return nil
+	default:
+	}
+	select {
+	case <-r.ended:
+		if err := r.c.err; err != nil {
+			return err
+		}
+		return ErrChannelClosed
+	default:
+		return nil
+	}
+}

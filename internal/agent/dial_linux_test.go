@@ -176,7 +176,62 @@ func TestDialChannelEnds(t *testing.T) {
 		require.NoError(t, a.Close())
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, err = c.Read(make([]byte, 1))
-		assert.ErrorIs(t, err, io.EOF)
+		assert.ErrorIs(t, err, ErrChannelClosed, "a connection cut by the channel's end does not read as closed")
+	})
+}
+
+// A connection the sandbox's service resets is not one it closed: what
+// it sent comes, then the reset, in place of EOF, through a Dial and a
+// Splice, whichever way the agent moves the bytes; a service that closes
+// still reads as EOF.
+func TestDialReset(t *testing.T) {
+	onChannels(t, func(t *testing.T, a *testAgent) {
+		ctx := context.Background()
+		const size = 1 << 20
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		serve(t, l, func(c net.Conn) {
+			var one [1]byte
+			if _, err := c.Read(one[:]); err != nil { // the verdict: r resets, c closes
+				c.Close()
+				return
+			}
+			_, _ = c.Write(make([]byte, size))
+			if one[0] == 'r' {
+				_ = c.(*net.TCPConn).SetLinger(0)
+			}
+			c.Close()
+		})
+		for _, verdict := range []string{"r", "c"} {
+			c, err := a.Dial(ctx, "tcp", l.Addr().String(), false)
+			require.NoError(t, err)
+			_, err = io.WriteString(c, verdict)
+			require.NoError(t, err)
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			n, err := io.Copy(io.Discard, c)
+			assert.LessOrEqual(t, n, int64(size))
+			if verdict == "r" {
+				assert.ErrorIs(t, err, syscall.ECONNRESET, "a reset after %d bytes", n)
+			} else {
+				assert.NoError(t, err, "a close reads as EOF")
+				assert.Equal(t, int64(size), n)
+			}
+			c.Close()
+		}
+
+		client, ours := tcpPair(t)
+		sp, err := a.Splice(ctx, "tcp", l.Addr().String(), ours)
+		require.NoError(t, err)
+		defer sp.Close()
+		_, err = io.WriteString(client, "r")
+		require.NoError(t, err)
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		select {
+		case <-sp.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the splice never ended")
+		}
+		assert.ErrorIs(t, sp.Err(), syscall.ECONNRESET)
 	})
 }
 

@@ -91,6 +91,9 @@
 // Stdin frames written to it, Stdout frames read from it, in the same
 // windows, and Exit when the sandbox's side closes it or a Kill closes
 // it; a failed connect is an Exit of status DialFailed with the errno.
+// A connection that failed once made (reset) ends with an Exit of
+// status Exited whose Code is the errno of the read that failed (0: it
+// was closed), so that the client's reader gets the failure, not EOF.
 // With wait set the agent tries again every 10 ms while nothing listens.
 // So a service in a sandbox with no network is reached from the caller's
 // process, on a remote service or a cluster alike, by whoever holds the

@@ -179,8 +179,10 @@ func serviceCases(h Harness) []testCase {
 					t.Fatalf("Remove: %v", err)
 				}
 				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-				if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-					t.Errorf("a read on a connection of the removed sandbox: %v; want EOF", err)
+				// EOF when the service's end closed first, as its process
+				// died; else the channel's end, named.
+				if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, vm.ErrRemoved) {
+					t.Errorf("a read on a connection of the removed sandbox: %v; want EOF or ErrRemoved", err)
 				}
 				endsWithin(t, carried, 10*time.Second, "a forward's client connection, after Remove")
 				if !testkit.Freed(f.Addr().String(), time.Second) {
@@ -191,6 +193,45 @@ func serviceCases(h Harness) []testCase {
 					t.Errorf("Dial after Remove: %v; want ErrRemoved", err)
 				}
 				return []observation{observe("after remove", nil, err)}
+			}},
+		{Name: "service/reset", Promise: "a connection the service resets reads as a reset, not an end, through Dial and through a forward; one it closes reads as EOF",
+			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {
+				const addr = "127.0.0.1:18086"
+				// The service reads the request's first line alone (sh reads
+				// a socket a byte at a time), answers and exits: a socket
+				// closed with bytes unread is reset.
+				start(ctx, t, v, exec.Command{Name: "nc", Args: []string{"-ll", "-p", "18086", "-e", "sh", "-c", "read -r l; sleep 0.2; echo partial"}})
+				waitListening(ctx, t, v, "tcp", addr)
+				dialed, err := vm.Dial(ctx, v, "tcp", addr)
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
+				defer dialed.Close()
+				var obs []observation
+				for _, c := range []struct {
+					via  string
+					conn net.Conn
+				}{{"dialed", dialed}, {"forwarded", viaForward(ctx, t, v, "tcp", addr)}} {
+					if _, err := io.WriteString(c.conn, "read\nnever read\n"); err != nil {
+						t.Fatalf("%s: writing the request: %v", c.via, err)
+					}
+					_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+					got, err := io.ReadAll(c.conn)
+					if !errors.Is(err, syscall.ECONNRESET) {
+						t.Errorf("%s: read %q, then %v; want a reset (ECONNRESET), never EOF", c.via, got, err)
+					}
+					obs = append(obs, outcome(c.via, "reset: ", errors.Is(err, syscall.ECONNRESET)))
+				}
+				// The same service, its request read first: an orderly end.
+				dialed, err = vm.Dial(ctx, v, "tcp", addr)
+				if err != nil {
+					t.Fatalf("Dial: %v", err)
+				}
+				defer dialed.Close()
+				if got := halfClose(t, dialed, "read\n"); got != "partial\n" {
+					t.Errorf("a connection the service closed: %q; want partial", got)
+				}
+				return obs
 			}},
 		{Name: "service/half-close", Promise: "a client's half-close reaches the service, through Dial and through a forward, and its answer still comes",
 			Test: func(ctx context.Context, t *testing.T, v vm.VM) []observation {

@@ -442,6 +442,7 @@ type run struct {
 	conn     net.Conn           // a Dial's connection, once made
 	tty      *os.File           // a terminal's master, for Resize
 	stopDial context.CancelFunc // ends a Dial's connect
+	broke    error              // a Dial's connection failed, rather than closed (not by Kill)
 	// orphan: a restored copy's client does not know the run (its
 	// caller is the original's): it is killed, and sends nothing.
 	orphan atomic.Bool
@@ -666,9 +667,22 @@ func (r *run) pumpOut(f deadlineReader, typ wire.Type, stream uint8, wg *sync.Wa
 			}
 		}
 		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				r.broken(err)
+			}
 			return
 		}
 	}
+}
+
+// broken notes the failure of a read of a Dial's connection, unless a
+// Kill closed it (then the read's failure is the Kill's doing).
+func (r *run) broken(err error) {
+	r.mu.Lock()
+	if !r.killed && r.broke == nil {
+		r.broke = err
+	}
+	r.mu.Unlock()
 }
 
 // pumpStdin writes the client's stdin to the command, granting credit
@@ -824,10 +838,19 @@ func (r *run) connect(m wire.DialMsg) wire.ExitMsg {
 	r.mu.Lock()
 	r.exited, r.finished = true, true
 	killed = r.killed
+	broke := r.broke
 	r.cond.Broadcast()
 	r.mu.Unlock()
 	<-stdinDone
-	return wire.ExitMsg{Status: wire.Exited, Killed: killed}
+	ex := wire.ExitMsg{Status: wire.Exited, Killed: killed}
+	// A connection reset (or otherwise failed) is not one closed: its
+	// errno goes to the client, whose reader gets it in place of EOF.
+	if errno := syscall.Errno(0); !killed && errors.As(broke, &errno) {
+		ex.Code = int32(errno)
+	} else if !killed && broke != nil {
+		ex.Code = int32(syscall.EIO)
+	}
+	return ex
 }
 
 // dialWait connects as m says: while m.Wait, again every 10 ms as long as

@@ -95,6 +95,9 @@ func (r *run) pumpSplice(c syscall.Conn, out syscall.RawConn, wg *sync.WaitGroup
 				return
 			}
 			moved = true
+			if err != nil {
+				r.broken(err)
+			}
 			if k == 0 || err != nil {
 				break // the sandbox's side closed, or failed
 			}
