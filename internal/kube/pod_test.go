@@ -3,8 +3,6 @@ package kube
 import (
 	"bytes"
 	"errors"
-	"io"
-	"strings"
 	"testing"
 	"time"
 
@@ -227,48 +225,6 @@ func TestDenyAll(t *testing.T) {
 	assert.Nil(t, rule.Ports[0].EndPort)
 	assert.Empty(t, np.Spec.Egress)
 	assert.Len(t, np.Spec.PolicyTypes, 2, "egress is still denied")
-}
-
-// The scripts' streams: their mark lines are taken out and their words
-// reported, anything else passes unchanged, however it is split, and a
-// failing writer does not hide a mark behind it.
-func TestMarkFilter(t *testing.T) {
-	const mark = "podvm-exec-0123:"
-	for _, c := range []struct {
-		writes []string
-		out    string
-		words  []string
-	}{
-		{writes: []string{mark + " notfound\n"}, words: []string{"notfound"}},
-		{writes: []string{"podvm", "-exec-0123: d", "ir\n"}, words: []string{"dir"}},
-		{writes: []string{"hello\n"}, out: "hello\n"},
-		{writes: []string{"pod", "x"}, out: "podx"},
-		{writes: []string{"out" + mark + " end\n"}, out: "out", words: []string{"end"}},
-		{writes: []string{"err\n" + mark + " exited 3\n"}, out: "err\n", words: []string{"exited 3"}},
-		{writes: []string{"err\npodvm-ex", "ec-0123: exi", "ted 0\nlate"}, out: "err\nlate", words: []string{"exited 0"}},
-		{writes: []string{mark}, out: mark},
-		{writes: []string{"podvm-exec-99"}, out: "podvm-exec-99"},
-		{writes: nil},
-	} {
-		var b strings.Builder
-		var words []string
-		f := &markFilter{mark: mark, w: &b, line: func(w string) { words = append(words, w) }}
-		for _, w := range c.writes {
-			_, _ = f.Write([]byte(w))
-		}
-		f.shut()
-		_, _ = f.Write([]byte("after shut"))
-		assert.Equal(t, c.out, b.String(), "%q", c.writes)
-		assert.Equal(t, c.words, words, "%q", c.writes)
-	}
-	var words []string
-	f := &markFilter{mark: mark, w: testkit.FailingWriter{Err: io.ErrClosedPipe}, line: func(w string) { words = append(words, w) }}
-	n, err := f.Write([]byte("data"))
-	assert.Equal(t, 4, n)
-	assert.NoError(t, err, "the filter must keep reading for the marks")
-	_, _ = f.Write([]byte("more " + mark + " end\n"))
-	assert.Equal(t, []string{"end"}, words)
-	assert.ErrorIs(t, f.err, io.ErrClosedPipe)
 }
 
 func TestOctal(t *testing.T) {

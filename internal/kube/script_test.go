@@ -10,10 +10,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -25,111 +22,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/podvm/podvm/internal/driver"
+	"github.com/podvm/podvm/internal/marks"
 	"github.com/podvm/podvm/internal/testkit"
 )
-
-// The scripts run on this machine's sh as they would in a pod: the mark
-// is the first line of stdin, the command's output comes first, then the
-// marks, and the script holds on until its stdin ends, ending 0 whatever
-// the command's status (which is in the mark).
-func TestExecScriptMarks(t *testing.T) {
-	const mark = "podvm-exec-feed:"
-	for _, c := range []struct {
-		name      string
-		dir       string
-		env, argv []string
-		stdin     string // the command's: the script's hold then ends with it
-		out, err  string
-		words     []string
-	}{
-		{name: "status", argv: []string{"sh", "-c", `echo out; echo err >&2; exit 3`}, out: "out\n", err: "err\n", words: []string{"exited 3"}},
-		{name: "env and dir", dir: "/", env: []string{"A=b c"}, argv: []string{"sh", "-c", `printf '%s %s' "$A" "$PWD"`}, out: "b c /", words: []string{"exited 0"}},
-		{name: "env cannot touch the script", env: []string{"m=x", "n=9", "i=1", "d=/no", "s=1", "PATH=/nowhere", "IFS=x"}, argv: []string{"/bin/sh", "-c", `echo "$m$n$PATH"`},
-			out: "x9/nowhere\n", words: []string{"exited 0"}},
-		{name: "the path of the command's env", env: []string{"PATH=/nowhere"}, argv: []string{"sh"}, words: []string{"notfound", "exited 127"}},
-		{name: "stdin", argv: []string{"cat"}, stdin: "hello\nworld", out: "hello\nworld", words: []string{"exited 0"}},
-		{name: "killed, quietly", argv: []string{"sh", "-c", `kill -9 $$`}, words: []string{"exited 137"}},
-		{name: "not found", argv: []string{"no-such-command"}, words: []string{"notfound", "exited 127"}},
-		{name: "no dir", dir: "/no/such", argv: []string{"true"}, words: []string{"dir"}},
-		{name: "not executable", argv: []string{"/etc/passwd"}, words: []string{"perm", "exited 127"}},
-	} {
-		for _, shell := range shells(t) {
-			t.Run(shell[len(shell)-1]+"/"+c.name, func(t *testing.T) {
-				in := ""
-				if c.stdin != "" {
-					in = "in"
-				}
-				args := append([]string{"-c", execScript, "podvm-exec", c.dir, strconv.Itoa(len(c.env)), in}, c.env...)
-				args = append(args, c.argv...)
-				cmd := osexec.Command(shell[0], append(shell[1:], args...)...)
-				stdin, err := cmd.StdinPipe()
-				require.NoError(t, err)
-				var out, errs testkit.LockedBuffer
-				outPipe, err := cmd.StdoutPipe()
-				require.NoError(t, err)
-				errPipe, err := cmd.StderrPipe()
-				require.NoError(t, err)
-				require.NoError(t, cmd.Start())
-				// The output pipes' ends: the hold is theirs (containerd
-				// drops what is in flight once they close).
-				var eof sync.WaitGroup
-				var closed atomic.Int32
-				for _, c := range []struct {
-					r io.Reader
-					w *testkit.LockedBuffer
-				}{{outPipe, &out}, {errPipe, &errs}} {
-					eof.Add(1)
-					go func() {
-						defer eof.Done()
-						_, _ = io.Copy(c.w, c.r)
-						closed.Add(1)
-					}()
-				}
-				done := make(chan error, 1)
-				go func() { eof.Wait(); done <- cmd.Wait() }()
-				_, err = io.WriteString(stdin, mark+"\n"+c.stdin)
-				require.NoError(t, err)
-				if c.stdin != "" {
-					stdin.Close() // the command's stdin ends, and the hold with it
-				}
-				deadline := time.Now().Add(10 * time.Second)
-				for !strings.Contains(errs.String(), mark) || !strings.Contains(out.String(), mark) {
-					require.True(t, time.Now().Before(deadline), "no marks: %q %q", out.String(), errs.String())
-					time.Sleep(5 * time.Millisecond)
-				}
-				if c.stdin == "" {
-					select {
-					case <-done:
-						t.Fatal("the script ended before its stdin did")
-					case <-time.After(100 * time.Millisecond):
-					}
-					assert.Zero(t, closed.Load(), "an output pipe closed before the script's stdin did")
-					stdin.Close()
-				}
-				require.NoError(t, <-done, "the script's own status is cat's")
-				assert.Equal(t, c.out+mark+" end\n", out.String())
-				want := c.err
-				for _, w := range c.words {
-					want += mark + " " + w + "\n"
-				}
-				assert.Equal(t, want, errs.String())
-			})
-		}
-	}
-}
-
-// shells are the POSIX shells of this machine the scripts must run on:
-// images have busybox's ash, dash or bash as /bin/sh.
-func shells(t *testing.T) [][]string {
-	var found [][]string
-	for _, sh := range [][]string{{"dash"}, {"bash"}, {"busybox", "sh"}} {
-		if p, err := osexec.LookPath(sh[0]); err == nil {
-			found = append(found, append([]string{p}, sh[1:]...))
-		}
-	}
-	require.NotEmpty(t, found)
-	return found
-}
 
 // The copies' script: an archive then the marks, a missing path said by
 // its word, an extraction's status after the archive.
@@ -153,7 +48,7 @@ func TestTarScriptMarks(t *testing.T) {
 		}
 		return out.String(), errs.String(), code
 	}
-	for _, shell := range shells(t) {
+	for _, shell := range testkit.Shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
 			out, errs, code := run(t, shell, "out", filepath.Join(dir, "f"), nil)
 			require.Equal(t, 0, code, errs) // cat's: tar's status is in the mark
@@ -210,26 +105,15 @@ func TestMarkedGrace(t *testing.T) {
 	defer func(g time.Duration) { markGrace = g }(markGrace)
 	markGrace = 100 * time.Millisecond
 	var out bytes.Buffer
-	s := newMarked("podvm-test-", nil, &out, io.Discard)
+	s := marks.New("podvm-test-", nil, &out, io.Discard)
 	start := time.Now()
-	_ = s.stream(context.Background(), fakeSession{out: "data"}, nil)
+	_ = streamMarked(context.Background(), s, fakeSession{out: "data"}, nil)
 	assert.Less(t, time.Since(start), 5*time.Second)
-	code, why, complete := s.result()
+	code, why, complete := s.Result()
 	assert.True(t, complete)
 	assert.Equal(t, "", why)
 	assert.Equal(t, 4, code)
 	assert.Equal(t, "data", out.String())
-}
-
-// The names the exec path refuses, before any session.
-func TestUnsettable(t *testing.T) {
-	for name, ok := range map[string]bool{
-		"A": true, "_x9": true, "PATH": true, "m": true,
-		"": false, "9a": false, "A-B": false, "a.b": false, "é": false,
-		"podvm_m": false, "UID": false, "PPID": false, "SHELLOPTS": false,
-	} {
-		assert.Equal(t, ok, unsettable(name) == "", "%q: %s", name, unsettable(name))
-	}
 }
 
 // No name the scripts are given is read as an option: a file named
@@ -244,7 +128,7 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "-d"), 0o755))
 	prog := filepath.Join(dir, "-d", "-prog")
 	require.NoError(t, os.WriteFile(prog, []byte("#!/bin/sh\necho \"prog $*\"\n"), 0o755))
-	for _, shell := range shells(t) {
+	for _, shell := range testkit.Shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
 			for _, n := range names {
 				cmd := osexec.Command(shell[0], append(shell[1:], "-c", tarScript, "podvm-tar", "out", octal(filepath.Join(dir, n)))...)
@@ -270,7 +154,7 @@ func TestScriptsTakeNoNameAsOption(t *testing.T) {
 				{"a command -prog in PATH", "", []string{"-prog", "-x"}, "prog -x\n"},
 				{"a command -d/-prog", "", []string{"-d/-prog", "--"}, "prog --\n"},
 			} {
-				args := []string{"-c", execScript, "podvm-exec", c.dir, "1", "", "PATH=" + filepath.Join(dir, "-d") + ":/usr/bin:/bin"}
+				args := []string{"-c", marks.ExecScript, "podvm-exec", c.dir, "1", "", "PATH=" + filepath.Join(dir, "-d") + ":/usr/bin:/bin"}
 				cmd := osexec.Command(shell[0], append(shell[1:], append(args, c.argv...)...)...)
 				cmd.Dir = dir
 				if c.dir == "-" { // "-" is a file here: make it a directory
@@ -314,7 +198,7 @@ func TestTarScriptPlantedLinks(t *testing.T) {
 		}
 		return testkit.Tar(t, entries...)
 	}
-	for _, shell := range shells(t) {
+	for _, shell := range testkit.Shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
 			top := t.TempDir()
 			dst, out := filepath.Join(top, "dst"), filepath.Join(top, "out")
@@ -397,7 +281,7 @@ func TestMarkedStop(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := stoppable{killed: make(chan struct{})}
 			var out testkit.LockedBuffer
-			s := newMarked("podvm-test-", nil, &out, io.Discard)
+			s := marks.New("podvm-test-", nil, &out, io.Discard)
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(100*time.Millisecond, cancel)
 			var stop func()
@@ -405,10 +289,10 @@ func TestMarkedStop(t *testing.T) {
 				stop = func() { close(f.killed) }
 			}
 			start := time.Now()
-			_ = s.stream(ctx, f, stop)
+			_ = streamMarked(ctx, s, f, stop)
 			assert.Less(t, time.Since(start), stopDrain)
 			assert.Equal(t, c.out, out.String())
-			assert.Equal(t, c.stopped, s.wasStopped())
+			assert.Equal(t, c.stopped, s.Stopped())
 		})
 	}
 }
@@ -417,7 +301,7 @@ func TestMarkedStop(t *testing.T) {
 // every dot comes before the agent's first byte, on every shell.
 func TestGate(t *testing.T) {
 	t.Parallel()
-	for _, shell := range shells(t) {
+	for _, shell := range testkit.Shells(t) {
 		t.Run(shell[len(shell)-1], func(t *testing.T) {
 			t.Parallel()
 			cmd := osexec.Command(shell[0], append(shell[1:], "-c", gate, "/bin/echo", "agent")...)
@@ -473,7 +357,7 @@ func TestInstallGate(t *testing.T) {
 	tarball := testkit.Tar(t, testkit.Dir(".podvm/", 0o755), testkit.File(".podvm/podvm-agent", agentScript, 0o755))
 	require.Zero(t, len(tarball)%512)
 	for _, tools := range toolsets(t) {
-		for _, shell := range shells(t) {
+		for _, shell := range testkit.Shells(t) {
 			t.Run(tools.name+"/"+shell[len(shell)-1], func(t *testing.T) {
 				t.Parallel()
 				root := t.TempDir()
