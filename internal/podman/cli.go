@@ -208,8 +208,25 @@ func (d CLI) create(ctx context.Context, spec driver.Spec) (string, error) {
 // libpod/oci_conmon_attach_common.go, redirectResponseToOutputStreams):
 // so a Stdin that podman was still sending when it exited (neither at
 // its end nor waited for) is an error matching [driver.ErrEngine] too.
+//
+// A remote client that loses the beginning of an exec's output (podman-remote
+// before 5.7: see climarks.go) runs the command under package marks'
+// script instead, in the image's /bin/sh: nothing is lost, and a session
+// cut short is an error matching [driver.ErrEngine]. There an environment
+// variable whose name sh cannot set is [driver.ErrNotSupported]. An image
+// without /bin/sh runs its commands as podman would, with the loss.
 func (d CLI) Exec(ctx context.Context, id string, p driver.Process) (int, bool, error) {
-	return execWatched(p, func(p driver.Process) (int, bool, error) { return d.exec(ctx, id, p) })
+	return execWatched(p, func(p driver.Process) (int, bool, error) {
+		key := d.shellKey(id)
+		if _, no := noShell.Load(key); !no && d.needsMarks(ctx) {
+			code, started, no, err := d.execMarked(ctx, id, p)
+			if !no {
+				return code, started, err
+			}
+			noShell.Store(key, true)
+		}
+		return d.exec(ctx, id, p)
+	})
 }
 
 // exec is Exec but for telling Podman's failure to start the command.
@@ -358,6 +375,7 @@ func (d CLI) CopyOut(ctx context.Context, id, p string, w io.Writer) error {
 
 // Remove implements [driver.Driver.Remove] with `podman rm -f -t 0`.
 func (d CLI) Remove(ctx context.Context, id string) error {
+	noShell.Delete(d.shellKey(id))
 	return removeAgain(ctx, func() error {
 		_, err := d.run(ctx, "rm", id, exec.Command{Args: []string{"rm", "-f", "-t", "0", "--ignore", id}})
 		if errors.Is(err, driver.ErrNoSuchContainer) {
