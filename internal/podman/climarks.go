@@ -114,7 +114,14 @@ func (d CLI) execMarked(ctx context.Context, id string, p driver.Process) (code 
 	}
 	s := marks.New("podvm-exec-", p.Stdin, p.Stdout, p.Stderr)
 	tail := &tailWriter{max: 4 << 10}
-	args := appendFlag([]string{"exec", "-i"}, "--user", p.User)
+	// The environment goes to podman too, not only to the script's
+	// subshell: the kill of a run finds its processes by a variable of
+	// it, and the script's sh and its hold are the run's as well.
+	args := []string{"exec", "-i"}
+	for _, e := range p.Env {
+		args = append(args, "--env", e)
+	}
+	args = appendFlag(args, "--user", p.User)
 	args = append(append(args, id, "/bin/sh"), marks.Args(p.Workdir, p.Env, p.Stdin != nil, p.Argv)...)
 	res, err := d.invoke(ctx, exec.Command{
 		Args:           args,
