@@ -48,11 +48,16 @@ import (
 )
 
 // Prelude begins both scripts: it reads MARK, the first line of the
-// session's stdin, and defines podvm_say, which writes a mark line and
+// session's stdin, puts the usual directories before the session's PATH
+// for the script's own tools (cat, sleep, tar: the session's PATH may
+// be the caller's, which need not name them; ExecScript gives the
+// command the session's back), and defines podvm_say, which writes a mark line and
 // writes it again until it goes through, and podvm_end, which writes
 // both marks and then holds the session (cat, with the output pipes kept
 // open as fds 3 and 4) until the driver ends its stdin.
 const Prelude = `read -r podvm_m || exit 125
+podvm_p=${PATH-} podvm_ps=${PATH+x}
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 podvm_say() { until printf '%s %s\n' "$podvm_m" "$1" 2>/dev/null; do sleep 0.05 2>/dev/null || :; done; }
 podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2>&1; }
 `
@@ -63,8 +68,9 @@ podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2
 //
 // with MARK on the first line of its stdin. It changes to DIR when it is
 // not empty and runs the command in a subshell, its stdin the session's
-// when IN is not empty, else /dev/null: the subshell takes out the
-// variables sh itself exports (SHLVL, PWD, OLDPWD), exports the N entries
+// when IN is not empty, else /dev/null: the subshell gives back the
+// session's PATH, takes out the variables sh itself exports (SHLVL,
+// PWD, OLDPWD), exports the N entries
 // (the container's environment is the base), finds ARGV[0] as execve
 // would (a path as it is, else in $PATH), and execs it. When it cannot,
 // its stderr mark says why (env, dir, notfound, perm). The user's
@@ -81,6 +87,7 @@ podvm_end() { podvm_say end; podvm_say "$1" >&2; exec cat 3>&1 4>&2 >/dev/null 2
 const ExecScript = Prelude + `podvm_d=$1 podvm_n=$2 podvm_i=$3; shift 3
 podvm_run() (
   podvm_no() { podvm_say "$1" >&3; exit 127; }
+  if [ -n "$podvm_ps" ]; then PATH=$podvm_p; else unset PATH; fi
   unset SHLVL PWD OLDPWD
   while [ "$podvm_n" -gt 0 ]; do export "$1" || podvm_no env; shift; podvm_n=$((podvm_n-1)); done
   case $1 in
@@ -173,6 +180,7 @@ type Session struct {
 	word    string      // stderr's mark's word: "exited STATUS", or why not
 	stopped bool        // ctx ended before the marks, and the command was stopped
 	wait    *time.Timer // once one mark is in: the other's stall, which cuts the session
+	writing int         // the filters' Writes in flight: a caller's writer may block
 }
 
 // MarkWait bounds how long, once one mark is in, the session's output
@@ -222,15 +230,30 @@ func (s *Session) saw(out bool) func(string) {
 				s.wait.Stop()
 			}
 		case s.wait == nil:
-			s.wait = time.AfterFunc(MarkWait, func() { s.hold.Close() })
+			s.wait = time.AfterFunc(MarkWait, s.stalled)
 		}
 	}
 }
 
-// moved is the filters' news of output: it holds off the cut of a
-// session whose second mark is still on its way behind it.
-func (s *Session) moved() {
+// stalled ends the session's stdin once its output stood still MarkWait
+// after the first mark, unless a Write is still in flight (the caller's
+// writer is slow, not the stream): then it waits again.
+func (s *Session) stalled() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writing > 0 {
+		s.wait.Reset(MarkWait)
+		return
+	}
+	s.hold.Close()
+}
+
+// moved is the filters' news of output, at the start (by 1) and the end
+// (by -1) of each Write: it holds off the cut of a session whose second
+// mark is still on its way behind it.
+func (s *Session) moved(by int) {
+	s.mu.Lock()
+	s.writing += by
 	if s.wait != nil && !(s.ended && s.word != "") {
 		s.wait.Reset(MarkWait)
 	}
@@ -309,7 +332,7 @@ type filter struct {
 	mark  string
 	w     io.Writer
 	line  func(word string)
-	moved func() // output came, or went on (nil: no one asks)
+	moved func(by int) // a Write begins (1) or ends (-1); nil: no one asks
 
 	mu     sync.Mutex
 	held   []byte
@@ -319,8 +342,8 @@ type filter struct {
 
 func (f *filter) Write(p []byte) (int, error) {
 	if f.moved != nil {
-		f.moved()
-		defer f.moved()
+		f.moved(1)
+		defer f.moved(-1)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -185,3 +185,42 @@ func TestMarkWait(t *testing.T) {
 	_, _, complete := s.Result()
 	assert.False(t, complete)
 }
+
+// A caller's writer that blocks is not a stalled stream: while a Write
+// is in flight past MarkWait, the session is not ended.
+func TestMarkWaitSlowWriter(t *testing.T) {
+	defer func(w time.Duration) { MarkWait = w }(MarkWait)
+	MarkWait = 50 * time.Millisecond
+	release := make(chan struct{})
+	s := New("podvm-test-", nil, blockingWriter{release}, io.Discard)
+	defer s.Stop()
+	ended := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, s.Stdin())
+		close(ended)
+	}()
+	_, _ = io.WriteString(s.Stderr(), s.errs.mark+" exited 0\n")
+	wrote := make(chan struct{})
+	go func() {
+		_, _ = io.WriteString(s.Stdout(), "output, then "+s.out.mark+" end\n")
+		close(wrote)
+	}()
+	select {
+	case <-ended:
+		t.Fatal("ended while the caller's writer held the output")
+	case <-time.After(10 * MarkWait):
+	}
+	close(release)
+	<-wrote
+	<-ended
+	_, _, complete := s.Result()
+	assert.True(t, complete)
+}
+
+// blockingWriter's Writes wait until release is closed.
+type blockingWriter struct{ release chan struct{} }
+
+func (w blockingWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return len(p), nil
+}
