@@ -87,10 +87,19 @@ var isInfo = gomock.Cond(func(c exec.Command) bool {
 // cgroup v1, as much of it as podvm reads.
 const rootfulInfo = `{"host":{"cgroupVersion":"v1","cgroupControllers":["cpuset","cpu","cpuacct","blkio","memory","devices","freezer","pids"],"security":{"rootless":false}}}`
 
-// expectInfo lets x answer `podman info` as a rootful service, any
+// isVersion matches `podman version --format json`, which the CLI driver
+// asks once per service: a remote client before 5.7 runs its execs
+// under a script.
+var isVersion = gomock.Cond(func(c exec.Command) bool {
+	return slices.Equal(c.Args[max(len(c.Args)-3, 0):], []string{"version", "--format", "json"})
+})
+
+// expectInfo lets x answer `podman info` as a rootful service, and
+// `podman version` as a local client (its execs run as they are), any
 // number of times, apart from the calls a test orders.
 func expectInfo(x *execmock.MockExecutor) {
 	x.EXPECT().Run(gomock.Any(), isInfo).Return(&exec.Result{Stdout: rootfulInfo}, nil).AnyTimes()
+	x.EXPECT().Run(gomock.Any(), isVersion).Return(&exec.Result{Stdout: `{"Client":{"Version":"4.3.1"}}`}, nil).AnyTimes()
 }
 
 // newMock is a CLIVM on the Podman exec path (the mocks run no agent)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/podvm/podvm/exec"
 	"github.com/podvm/podvm/internal/driver"
@@ -34,9 +35,26 @@ import (
 // whole.
 var markedFrom = [3]int{5, 7, 0}
 
-// clients holds, per podman binary and service ([CLI.Local]'s name),
-// whether its exec needs the marks, learnt once per process.
+// clients holds, per service ([CLI.Local]'s name: the podman binary and
+// its service), a *clientCheck: whether its exec needs the marks.
 var clients sync.Map
+
+// clientCheck is one service's answer to needsMarks, asked once for all
+// its callers; a failure to ask is asked again after askAgain.
+type clientCheck struct {
+	mu     sync.Mutex
+	asking chan struct{} // the ask in flight, closed when it ends
+	known  bool
+	need   bool
+	retry  time.Time
+}
+
+// askTimeout bounds the ask (`podman version`), whoever waits for it;
+// askAgain is how long a failed one's answer (no marks) stands.
+const (
+	askTimeout = 30 * time.Second
+	askAgain   = 10 * time.Second
+)
 
 // noShell holds the containers whose image has no /bin/sh, by
 // [CLI.shellKey]: their commands run without the marks. Remove forgets
@@ -51,22 +69,55 @@ func (d CLI) shellKey(id string) string {
 
 // needsMarks reports whether d's podman is a remote client that may
 // lose an exec's output (see above). It asks `podman version` once per
-// process; a failure to ask is no answer, and asked again next time.
+// service, for every caller at once, under a timeout of its own (not a
+// run's); until the answer comes, or when ctx ends first, or when the
+// ask failed (asked again after askAgain), the answer is no.
 func (d CLI) needsMarks(ctx context.Context) bool {
 	_, service := d.Local()
-	if v, ok := clients.Load(service); ok {
-		return v.(bool)
+	v, _ := clients.LoadOrStore(service, &clientCheck{})
+	c := v.(*clientCheck)
+	c.mu.Lock()
+	if c.known || time.Now().Before(c.retry) {
+		defer c.mu.Unlock()
+		return c.need
 	}
+	asking := c.asking
+	if asking == nil {
+		asking = make(chan struct{})
+		c.asking = asking
+		go func() {
+			need, err := d.askClient()
+			c.mu.Lock()
+			if err == nil {
+				c.need, c.known = need, true
+			} else {
+				c.retry = time.Now().Add(askAgain)
+			}
+			c.asking = nil
+			c.mu.Unlock()
+			close(asking)
+		}()
+	}
+	c.mu.Unlock()
+	select {
+	case <-asking:
+	case <-ctx.Done():
+		return false // the exec fails with ctx's error anyway
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.need
+}
+
+// askClient asks podman what client it is: whether it needs the marks.
+func (d CLI) askClient() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
 	res, err := d.run(ctx, "version", d.host, exec.Command{Args: []string{"version", "--format", "json"}})
 	if err != nil {
-		return false
+		return false, err
 	}
-	need, err := losesExecOutput(res.Stdout)
-	if err != nil {
-		return false
-	}
-	clients.Store(service, need)
-	return need
+	return losesExecOutput(res.Stdout)
 }
 
 // losesExecOutput reads `podman version --format json`: a remote client
@@ -113,21 +164,28 @@ func (d CLI) execMarked(ctx context.Context, id string, p driver.Process) (code 
 		}
 	}
 	s := marks.New("podvm-exec-", p.Stdin, p.Stdout, p.Stderr)
+	var stdout, stderr counter
 	tail := &tailWriter{max: 4 << 10}
-	// The environment goes to podman too, not only to the script's
-	// subshell: the kill of a run finds its processes by a variable of
-	// it, and the script's sh and its hold are the run's as well.
+	// The environment goes to podman, as for any exec: the script's sh
+	// and its hold have it too (the kill of a run finds its processes by
+	// a variable of it), and its values are in no argv. The subshell
+	// takes out what sh exports itself, so the caller's own values of
+	// those come again as the script's arguments.
 	args := []string{"exec", "-i"}
+	var own []string
 	for _, e := range p.Env {
 		args = append(args, "--env", e)
+		if name, _, _ := strings.Cut(e, "="); name == "SHLVL" || name == "PWD" || name == "OLDPWD" {
+			own = append(own, e)
+		}
 	}
 	args = appendFlag(args, "--user", p.User)
-	args = append(append(args, id, "/bin/sh"), marks.Args(p.Workdir, p.Env, p.Stdin != nil, p.Argv)...)
+	args = append(append(args, id, "/bin/sh"), marks.Args(p.Workdir, own, p.Stdin != nil, p.Argv)...)
 	res, err := d.invoke(ctx, exec.Command{
 		Args:           args,
 		Stdin:          s.Stdin(),
-		Stdout:         s.Stdout(),
-		Stderr:         io.MultiWriter(s.Stderr(), tail),
+		Stdout:         io.MultiWriter(s.Stdout(), &stdout),
+		Stderr:         io.MultiWriter(s.Stderr(), tail, &stderr),
 		MaxOutputBytes: 1, // the caller captures through the writers
 	})
 	s.Stop()
@@ -150,11 +208,24 @@ func (d CLI) execMarked(ctx context.Context, id string, p driver.Process) (code 
 	if err := LostStream(p.Argv[0], res.ExitCode, string(tail.b)); err != nil {
 		return -1, true, false, err
 	}
-	if ferr := StartFailure("", res.ExitCode, 0, string(tail.b), int64(len(tail.b))); ferr != nil {
+	if ferr := StartFailure("", res.ExitCode, int64(stdout), string(tail.b), int64(stderr)); ferr != nil {
 		if errors.Is(ferr, exec.ErrNotFound) && strings.Contains(string(tail.b), "/bin/sh") {
 			return 0, false, true, nil
 		}
 		return res.ExitCode, false, false, ferr
 	}
-	return -1, true, false, fmt.Errorf("%w: %s: podman exited %d without the script's end marks: output or the exit status may be lost", driver.ErrEngine, p.Argv[0], res.ExitCode)
+	// The container gone or stopped under the command says so.
+	sentinel := driver.ErrEngine
+	if r := recognise(string(tail.b)); r == driver.ErrNoSuchContainer || r == driver.ErrContainerNotRunning {
+		sentinel = r
+	}
+	return -1, true, false, fmt.Errorf("%w: %s: podman exited %d without the script's end marks: output or the exit status may be lost", sentinel, p.Argv[0], res.ExitCode)
+}
+
+// counter counts what is written to it.
+type counter int64
+
+func (c *counter) Write(p []byte) (int, error) {
+	*c += counter(len(p))
+	return len(p), nil
 }

@@ -54,6 +54,7 @@ type shellPodman struct {
 	version string
 	noShell bool
 	keep    int
+	vanish  bool // the container goes away once the script has printed
 
 	mu    sync.Mutex
 	execs [][]string // the argv of each exec, after the ID
@@ -68,7 +69,14 @@ func (f *shellPodman) Run(ctx context.Context, c exec.Command) (*exec.Result, er
 	default:
 		panic(c.Args)
 	}
-	argv := args[slices.Index(args, "ctr")+1:]
+	at := slices.Index(args, "ctr")
+	argv := args[at+1:]
+	var env []string
+	for i, a := range args[:at] {
+		if a == "--env" {
+			env = append(env, args[i+1])
+		}
+	}
 	f.mu.Lock()
 	f.execs = append(f.execs, argv)
 	f.mu.Unlock()
@@ -77,10 +85,15 @@ func (f *shellPodman) Run(ctx context.Context, c exec.Command) (*exec.Result, er
 		_, _ = io.WriteString(c.Stderr, line)
 		return &exec.Result{ExitCode: 127}, nil
 	}
+	if argv[0] == "/bin/sh" && f.vanish {
+		_, _ = io.WriteString(c.Stdout, "partial\n")
+		_, _ = io.WriteString(c.Stderr, "Error: no container with name or ID \"ctr\" found: no such container\n")
+		return &exec.Result{ExitCode: 125}, nil
+	}
 	if f.keep > 0 {
 		c.Stdout = &cutWriter{w: c.Stdout, left: f.keep}
 	}
-	return exec.NewCommandExecutor().Run(ctx, exec.Command{Name: argv[0], Args: argv[1:], Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, MaxOutputBytes: 1})
+	return exec.NewCommandExecutor().Run(ctx, exec.Command{Name: argv[0], Args: argv[1:], Env: env, Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr, MaxOutputBytes: 1})
 }
 
 // cutWriter passes on its first left bytes and drops the rest.
@@ -139,6 +152,20 @@ func TestExecMarked(t *testing.T) {
 		assert.Equal(t, "err\n", errs)
 		require.Len(t, f.execs, 1)
 		assert.Equal(t, "/bin/sh", f.execs[0][0], "run under the script")
+		assert.NotContains(t, strings.Join(f.execs[0], "\x00"), "b c", "an environment value in an argv any process can read")
+	})
+	t.Run("the command's environment is not the script's", func(t *testing.T) {
+		d := newCLI(t, &shellPodman{version: remote54})
+		out, _, code, err := run(d, driver.Process{Argv: []string{"/usr/bin/env"}, Env: []string{"PATH=/nowhere", "PWD=/mine", "B=2"}})
+		require.NoError(t, err, "the script's own tools are found whatever the command's PATH")
+		assert.Equal(t, 0, code)
+		env := strings.Split(strings.TrimSpace(out), "\n")
+		assert.Subset(t, env, []string{"PATH=/nowhere", "PWD=/mine", "B=2"})
+		for _, kv := range env {
+			assert.False(t, strings.HasPrefix(kv, "SHLVL=") || strings.HasPrefix(kv, "podvm_"), "the script's %s", kv)
+		}
+		_, _, _, err = run(d, driver.Process{Argv: []string{"true"}, Env: []string{"PATH=/nowhere"}})
+		assert.ErrorIs(t, err, exec.ErrNotFound, "the command is looked up in its own PATH")
 	})
 	t.Run("failures to start", func(t *testing.T) {
 		d := newCLI(t, &shellPodman{version: remote54})
@@ -153,6 +180,14 @@ func TestExecMarked(t *testing.T) {
 		d := newCLI(t, &shellPodman{version: remote54, keep: 3})
 		_, _, _, err := run(d, driver.Process{Argv: []string{"echo", "a longer line"}})
 		assert.ErrorIs(t, err, driver.ErrEngine, "a short result must not pass for the whole")
+	})
+	t.Run("a container gone after the command began", func(t *testing.T) {
+		d := newCLI(t, &shellPodman{version: remote54, vanish: true})
+		var out bytes.Buffer
+		_, started, err := d.Exec(ctx, "ctr", driver.Process{Argv: []string{"echo", "hi"}, Stdout: &out})
+		assert.True(t, started, "output came: the command ran (its partial output is the caller's)")
+		assert.ErrorIs(t, err, driver.ErrNoSuchContainer)
+		assert.Equal(t, "partial\n", out.String())
 	})
 	t.Run("an image without /bin/sh", func(t *testing.T) {
 		f := &shellPodman{version: remote54, noShell: true}
