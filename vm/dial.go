@@ -44,9 +44,9 @@ type ServiceDialer interface {
 // is removed or dies. Read returns io.EOF only for the first: a
 // connection that failed in the sandbox (reset) returns the errno the
 // sandbox saw (errors.Is(err, syscall.ECONNRESET)), and one whose
-// sandbox was removed [ErrRemoved] (or [ErrUnavailable] when the
-// channel to its agent broke), so that a stream cut short never reads
-// as one that ended. A [Forward] passes such a failure on to its
+// sandbox was removed [ErrRemoved], or died, what a Run would say of it
+// ([ErrNoSuchContainer], [ErrContainerNotRunning], [ErrUnavailable]),
+// so that a stream cut short never reads as one that ended. A [Forward] passes such a failure on to its
 // client as a TCP reset. Its deadlines work as any net.Conn's, and it has a
 // half-close, as a *net.TCPConn has: its CloseWrite method (assert
 // interface{ CloseWrite() error }) makes the service read EOF while its
@@ -104,24 +104,31 @@ func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) 
 	if err != nil {
 		return nil, err // a nil net.Conn, not one holding a nil *agent.Conn
 	}
-	return &sandboxConn{Conn: c, s: s}, nil
+	return &sandboxConn{Conn: c, s: s, what: "read " + network + " " + address}, nil
 }
 
 // sandboxConn is a connection of [Dial]: the agent's, whose Read names
-// the sandbox's end when the channel to it ended under the connection.
+// the sandbox's end when the channel to it ended under the connection,
+// as a Run's error would (asked once).
 type sandboxConn struct {
 	*agent.Conn
-	s *sandbox
+	s    *sandbox
+	what string
+	once sync.Once
+	err  error
 }
 
 func (c *sandboxConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if err != nil && errors.Is(err, agent.ErrChannelClosed) {
-		if c.s.state().removed {
-			err = fmt.Errorf("vm: %w: %w", ErrRemoved, err)
-		} else {
-			err = fmt.Errorf("%w: vm: the channel to the sandbox's agent ended: %w", ErrUnavailable, err)
-		}
+		c.once.Do(func() {
+			if c.s.state().removed {
+				c.err = fmt.Errorf("vm: %s: %w: %w", c.what, ErrRemoved, err)
+			} else {
+				c.err = c.s.channelClosed(context.Background(), c.what, err)
+			}
+		})
+		err = c.err
 	}
 	return n, err
 }
@@ -440,11 +447,15 @@ func (f *Forwarder) carrySplice(c net.Conn) {
 			return
 		}
 	}
-	if sp.Err() != nil {
+	switch err := sp.Err(); {
+	case err != nil && sp.Connected():
 		reset(c) // the service's side failed: the client is not told it closed
-	} else if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		_ = c.SetReadDeadline(time.Now().Add(forwardLinger))
-		_, _ = io.Copy(io.Discard, rw)
+	case err != nil: // never connected (nothing listens there): closed, as by the copy
+	default:
+		if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			_ = c.SetReadDeadline(time.Now().Add(forwardLinger))
+			_, _ = io.Copy(io.Discard, rw)
+		}
 	}
 	f.untrack(c)
 }
@@ -604,10 +615,10 @@ func (f *Forwarder) carry(c net.Conn) {
 	}
 	up := make(chan struct{})
 	go func() {
-		pass(sc, c)
+		f.pass(sc, c)
 		close(up)
 	}()
-	pass(c, sc)
+	f.pass(c, sc)
 	t := time.NewTimer(forwardLinger)
 	select {
 	case <-up:
@@ -621,11 +632,12 @@ func (f *Forwarder) carry(c net.Conn) {
 // pass copies src to dst until src ends, then half-closes dst (closes it
 // when it has no half-close). When src failed instead (reset), or dst
 // did, dst is reset ([reset]): its peer is not told the stream ended.
-// One the forward closed itself (its Close) is closed.
-func pass(dst, src net.Conn) {
+// One the forward closed itself (its Close, or the end of its linger)
+// is closed.
+func (f *Forwarder) pass(dst, src net.Conn) {
 	buf := make([]byte, 128<<10)
 	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
-	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe) {
+	if err != nil && f.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe) {
 		reset(dst)
 	} else if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()

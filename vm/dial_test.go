@@ -44,8 +44,9 @@ func (d *dialVM) DialContext(ctx context.Context, network, address string) (net.
 	return a, nil
 }
 
-// failingConn is a connection whose stream, once its peer closed it,
-// fails with err instead of ending.
+// failingConn is a connection whose reads, once its peer closed it or
+// it was closed, fail with err: a stream that broke, or a wrapper whose
+// closed reads say something of their own.
 type failingConn struct {
 	net.Conn
 	err error
@@ -53,7 +54,7 @@ type failingConn struct {
 
 func (c *failingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if err == io.EOF {
+	if err != nil {
 		err = c.err
 	}
 	return n, err

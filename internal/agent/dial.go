@@ -218,6 +218,17 @@ func (s *Splice) Ended() <-chan struct{} { return s.r.ended }
 // half-close or close what it writes to.
 func (s *Splice) Done() <-chan struct{} { return s.r.out[0].done }
 
+// Connected reports that the agent made the connection (it may have
+// ended since).
+func (s *Splice) Connected() bool {
+	select {
+	case <-s.r.started:
+		return true
+	default:
+		return false
+	}
+}
+
 // Err is, once Done is closed, why the connection failed: it could not
 // be made, it failed in the sandbox (reset: [syscall.ECONNRESET], say),
 // or the channel ended (nil when the connection was closed as
