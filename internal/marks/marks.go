@@ -181,13 +181,16 @@ type Session struct {
 	stopped bool        // ctx ended before the marks, and the command was stopped
 	wait    *time.Timer // once one mark is in: the other's stall, which cuts the session
 	writing int         // the filters' Writes in flight: a caller's writer may block
+	over    bool        // both marks are in, or Stop: the timer is not armed again
 }
 
 // MarkWait bounds how long, once one mark is in, the session's output
 // may stand still without bringing the other: the script writes them one
-// after the other, so only a stream that lost its mark (or a reader that
-// stopped) stalls that long. Then the session's stdin is ended, which
-// ends the script, and [Session.Result] reports the marks incomplete.
+// after the other, so only a stream that lost its mark stalls that long.
+// Then the session's stdin is ended, which ends the script, and
+// [Session.Result] reports the marks incomplete. A Write to the caller's
+// writer in flight is not a stall: a writer that never returns holds the
+// session until the caller's ctx ends.
 var MarkWait = 2 * time.Second
 
 // New returns the session of a script whose marks begin with prefix
@@ -226,10 +229,11 @@ func (s *Session) saw(out bool) func(string) {
 		case s.ended && s.word != "":
 			s.hold.Close() // both marks are in: the script may end
 			close(s.both)
+			s.over = true
 			if s.wait != nil {
 				s.wait.Stop()
 			}
-		case s.wait == nil:
+		case s.wait == nil && !s.over:
 			s.wait = time.AfterFunc(MarkWait, s.stalled)
 		}
 	}
@@ -241,6 +245,9 @@ func (s *Session) saw(out bool) func(string) {
 func (s *Session) stalled() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.over {
+		return
+	}
 	if s.writing > 0 {
 		s.wait.Reset(MarkWait)
 		return
@@ -254,7 +261,7 @@ func (s *Session) stalled() {
 func (s *Session) moved(by int) {
 	s.mu.Lock()
 	s.writing += by
-	if s.wait != nil && !(s.ended && s.word != "") {
+	if s.wait != nil && !s.over {
 		s.wait.Reset(MarkWait)
 	}
 	s.mu.Unlock()
@@ -290,6 +297,7 @@ func (s *Session) Err() error { return s.werr }
 // session's stdin.
 func (s *Session) Stop() {
 	s.mu.Lock()
+	s.over = true
 	if s.wait != nil {
 		s.wait.Stop()
 	}

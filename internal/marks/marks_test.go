@@ -2,6 +2,7 @@ package marks
 
 import (
 	"io"
+	"os"
 	osexec "os/exec"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ func TestExecScriptMarks(t *testing.T) {
 		dir       string
 		env, argv []string
 		stdin     string // the command's: the script's hold then ends with it
+		path      string // the session's PATH, when not this process's
 		out, err  string
 		words     []string
 	}{
@@ -39,11 +41,15 @@ func TestExecScriptMarks(t *testing.T) {
 		{name: "not found", argv: []string{"no-such-command"}, words: []string{"notfound", "exited 127"}},
 		{name: "no dir", dir: "/no/such", argv: []string{"true"}, words: []string{"dir"}},
 		{name: "not executable", argv: []string{"/etc/passwd"}, words: []string{"perm", "exited 127"}},
+		{name: "a session's PATH that names no tool", path: "/nowhere", argv: []string{"/bin/sh", "-c", `echo "$PATH"`}, out: "/nowhere\n", words: []string{"exited 0"}},
 	} {
 		for _, shell := range testkit.Shells(t) {
 			t.Run(shell[len(shell)-1]+"/"+c.name, func(t *testing.T) {
 				args := Args(c.dir, c.env, c.stdin != "", c.argv)
 				cmd := osexec.Command(shell[0], append(shell[1:], args...)...)
+				if c.path != "" {
+					cmd.Env = append(os.Environ(), "PATH="+c.path)
+				}
 				stdin, err := cmd.StdinPipe()
 				require.NoError(t, err)
 				var out, errs testkit.LockedBuffer
@@ -191,36 +197,45 @@ func TestMarkWait(t *testing.T) {
 func TestMarkWaitSlowWriter(t *testing.T) {
 	defer func(w time.Duration) { MarkWait = w }(MarkWait)
 	MarkWait = 50 * time.Millisecond
-	release := make(chan struct{})
-	s := New("podvm-test-", nil, blockingWriter{release}, io.Discard)
+	w := blockingWriter{started: make(chan struct{}, 1), release: make(chan struct{})}
+	s := New("podvm-test-", nil, w, io.Discard)
 	defer s.Stop()
+	var once sync.Once
+	free := func() { once.Do(func() { close(w.release) }) }
+	defer free() // before Stop, which waits for the Write
 	ended := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, s.Stdin())
 		close(ended)
 	}()
-	_, _ = io.WriteString(s.Stderr(), s.errs.mark+" exited 0\n")
 	wrote := make(chan struct{})
 	go func() {
 		_, _ = io.WriteString(s.Stdout(), "output, then "+s.out.mark+" end\n")
 		close(wrote)
 	}()
+	<-w.started
+	_, _ = io.WriteString(s.Stderr(), s.errs.mark+" exited 0\n")
 	select {
 	case <-ended:
 		t.Fatal("ended while the caller's writer held the output")
 	case <-time.After(10 * MarkWait):
 	}
-	close(release)
+	free()
 	<-wrote
 	<-ended
 	_, _, complete := s.Result()
 	assert.True(t, complete)
 }
 
-// blockingWriter's Writes wait until release is closed.
-type blockingWriter struct{ release chan struct{} }
+// blockingWriter's Writes say they started, then wait until release is
+// closed.
+type blockingWriter struct{ started, release chan struct{} }
 
 func (w blockingWriter) Write(p []byte) (int, error) {
+	select {
+	case w.started <- struct{}{}:
+	default:
+	}
 	<-w.release
 	return len(p), nil
 }
