@@ -214,9 +214,10 @@ func (d CLI) execMarked(ctx context.Context, id string, p driver.Process) (code 
 		}
 		return res.ExitCode, false, false, ferr
 	}
-	// The container gone or stopped under the command says so.
+	// The container gone or stopped under the command says so, in
+	// podman's own lines after the command's.
 	sentinel := driver.ErrEngine
-	if r := recognise(string(tail.b)); r == driver.ErrNoSuchContainer || r == driver.ErrContainerNotRunning {
+	if r := recognise(strings.Join(ownLines(string(tail.b)), "\n")); r == driver.ErrNoSuchContainer || r == driver.ErrContainerNotRunning {
 		sentinel = r
 	}
 	return -1, true, false, fmt.Errorf("%w: %s: podman exited %d without the script's end marks: output or the exit status may be lost", sentinel, p.Argv[0], res.ExitCode)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,16 +55,24 @@ type shellPodman struct {
 	version string
 	noShell bool
 	keep    int
-	vanish  bool // the container goes away once the script has printed
+	vanish  string // "gone": the container goes away once the script has printed; "lies": the command says so itself
 
-	mu    sync.Mutex
-	execs [][]string // the argv of each exec, after the ID
+	mu       sync.Mutex
+	execs    [][]string // the argv of each exec, after the ID
+	versions int        // how often podman was asked its version
+	slow     chan struct{}
 }
 
 func (f *shellPodman) Run(ctx context.Context, c exec.Command) (*exec.Result, error) {
 	args := c.Args[2:] // after --url URL
 	switch args[0] {
 	case "version":
+		f.mu.Lock()
+		f.versions++
+		f.mu.Unlock()
+		if f.slow != nil {
+			<-f.slow
+		}
 		return &exec.Result{Stdout: f.version}, nil
 	case "exec":
 	default:
@@ -85,8 +94,12 @@ func (f *shellPodman) Run(ctx context.Context, c exec.Command) (*exec.Result, er
 		_, _ = io.WriteString(c.Stderr, line)
 		return &exec.Result{ExitCode: 127}, nil
 	}
-	if argv[0] == "/bin/sh" && f.vanish {
+	if argv[0] == "/bin/sh" && f.vanish != "" {
 		_, _ = io.WriteString(c.Stdout, "partial\n")
+		if f.vanish == "lies" { // the command's own words, and podman's nothing
+			_, _ = io.WriteString(c.Stderr, "Error: no container with name or ID \"x\" found: no such container\nand more\n")
+			return &exec.Result{ExitCode: 125}, nil
+		}
 		_, _ = io.WriteString(c.Stderr, "Error: no container with name or ID \"ctr\" found: no such container\n")
 		return &exec.Result{ExitCode: 125}, nil
 	}
@@ -126,6 +139,7 @@ func TestExecMarked(t *testing.T) {
 	newCLI := func(t *testing.T, f *shellPodman) CLI {
 		t.Helper()
 		clients.Clear() // a client per test, whatever the one before said
+		noShell.Clear()
 		d, err := NewCLI(f, "podman", "unix:///run/podvm-test-"+t.Name()+".sock", "")
 		require.NoError(t, err)
 		return d
@@ -182,12 +196,17 @@ func TestExecMarked(t *testing.T) {
 		assert.ErrorIs(t, err, driver.ErrEngine, "a short result must not pass for the whole")
 	})
 	t.Run("a container gone after the command began", func(t *testing.T) {
-		d := newCLI(t, &shellPodman{version: remote54, vanish: true})
+		d := newCLI(t, &shellPodman{version: remote54, vanish: "gone"})
 		var out bytes.Buffer
 		_, started, err := d.Exec(ctx, "ctr", driver.Process{Argv: []string{"echo", "hi"}, Stdout: &out})
 		assert.True(t, started, "output came: the command ran (its partial output is the caller's)")
 		assert.ErrorIs(t, err, driver.ErrNoSuchContainer)
 		assert.Equal(t, "partial\n", out.String())
+
+		d = newCLI(t, &shellPodman{version: remote54, vanish: "lies"})
+		_, _, err = d.Exec(ctx, "ctr", driver.Process{Argv: []string{"echo", "hi"}})
+		assert.ErrorIs(t, err, driver.ErrEngine)
+		assert.NotErrorIs(t, err, driver.ErrNoSuchContainer, "the command's own stderr is not podman's")
 	})
 	t.Run("an image without /bin/sh", func(t *testing.T) {
 		f := &shellPodman{version: remote54, noShell: true}
@@ -226,4 +245,33 @@ func firsts(argvs [][]string) [][]string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// The client is asked once for all its callers at once; one whose ctx
+// ends first stops waiting, with no.
+func TestNeedsMarksAsksOnce(t *testing.T) {
+	clients.Clear()
+	f := &shellPodman{version: `{"Client":{"Version":"5.4.2"},"Server":{"Version":"5.4.2"}}`, slow: make(chan struct{})}
+	d, err := NewCLI(f, "podman", "unix:///run/podvm-test-asks-once.sock", "")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.False(t, d.needsMarks(ctx), "a caller whose ctx ended does not wait")
+	var wg sync.WaitGroup
+	var yes atomic.Int32
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d.needsMarks(context.Background()) {
+				yes.Add(1)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(f.slow)
+	wg.Wait()
+	assert.Equal(t, int32(32), yes.Load())
+	assert.True(t, d.needsMarks(context.Background()))
+	assert.Equal(t, 1, f.versions)
 }

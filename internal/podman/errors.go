@@ -108,12 +108,7 @@ func LostStream(name string, code int, stderrTail string) error {
 	if code != 125 {
 		return nil
 	}
-	lines := strings.Split(strings.TrimRight(stderrTail, "\n"), "\n")
-	i := len(lines)
-	for i > 0 && podmanLine.MatchString(lines[i-1]) {
-		i--
-	}
-	own := lines[i:] // podman's own lines, last
+	own := ownLines(stderrTail)
 	switch recognise(strings.Join(own, "\n")) {
 	case exec.ErrNotFound, exec.ErrPermission, exec.ErrDirNotFound:
 		return nil
@@ -125,6 +120,17 @@ func LostStream(name string, code int, stderrTail string) error {
 		}
 	}
 	return nil
+}
+
+// ownLines are Podman's own lines at the end of stderrTail, after the
+// command's.
+func ownLines(stderrTail string) []string {
+	lines := strings.Split(strings.TrimRight(stderrTail, "\n"), "\n")
+	i := len(lines)
+	for i > 0 && podmanLine.MatchString(lines[i-1]) {
+		i--
+	}
+	return lines[i:]
 }
 
 // brokenStream is a line of podman-remote's when its exec stream broke.
