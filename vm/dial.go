@@ -109,7 +109,9 @@ func (s *sandbox) dial(ctx context.Context, network, address string, wait bool) 
 
 // sandboxConn is a connection of [Dial]: the agent's, whose Read names
 // the sandbox's end when the channel to it ended under the connection,
-// as a Run's error would (asked once).
+// as a Run's error would. That Read asks the engine, once per
+// connection, and may take a few seconds (peerBreakWait and a ping at
+// most), whatever its deadline.
 type sandboxConn struct {
 	*agent.Conn
 	s    *sandbox

@@ -231,6 +231,13 @@ func serviceCases(h Harness) []testCase {
 				if got := halfClose(t, dialed, "read\n"); got != "partial\n" {
 					t.Errorf("a connection the service closed: %q; want partial", got)
 				}
+				// A forward to where nothing listens made no connection:
+				// its client is closed, not reset.
+				refused := viaForward(ctx, t, v, "tcp", "127.0.0.1:1")
+				_ = refused.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, err := refused.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+					t.Errorf("a forward's client where nothing listens read %v; want EOF", err)
+				}
 				return obs
 			}},
 		{Name: "service/half-close", Promise: "a client's half-close reaches the service, through Dial and through a forward, and its answer still comes",
@@ -434,14 +441,20 @@ func serviceCases(h Harness) []testCase {
 				}
 				endsWithin(t, carried, 30*time.Second, "a forward's client connection, after its container went away")
 				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-				if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+				// EOF when the service's end closed first; else what a Run
+				// says of a gone container.
+				_, err := c.Read(make([]byte, 1))
+				switch {
+				case errors.Is(err, os.ErrDeadlineExceeded):
 					t.Error("a connection of the gone container still reads 30 s later")
+				case !errors.Is(err, io.EOF) && !errors.Is(err, vm.ErrNoSuchContainer) && !errors.Is(err, vm.ErrContainerNotRunning) && !errors.Is(err, vm.ErrUnavailable):
+					t.Errorf("a connection of the gone container read %v; want EOF or what a Run says (ErrNoSuchContainer, ErrContainerNotRunning, ErrUnavailable)", err)
 				}
 				if !testkit.Freed(f.Addr().String(), 30*time.Second) {
 					t.Fatal("the forward still listens 30 s after its container went away")
 				}
 				began := time.Now()
-				if _, err := vm.Dial(ctx, v, "tcp", addr); err == nil {
+				if _, err = vm.Dial(ctx, v, "tcp", addr); err == nil {
 					t.Error("Dial into a gone container: no error")
 				}
 				if d := time.Since(began); d > 10*time.Second {
