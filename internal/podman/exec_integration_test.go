@@ -122,7 +122,7 @@ func TestExecLosesNothing(t *testing.T) {
 			id := container(t, d)
 			var wg sync.WaitGroup
 			var lost atomic.Int32
-			for range 10 {
+			for range 6 {
 				for range 16 {
 					wg.Add(1)
 					go func() {
