@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -174,7 +175,9 @@ echo started; sleep 300`
 	}
 	ps := sandboxPS(ctx, t, v)
 	for _, n := range []string{"4101", "4102", "4103", "4104", "4105", "4106"} {
-		if !strings.Contains(ps, n) {
+		// The number as a word ("sleep 4105", "renamed-4105"): ps's own
+		// line may hold a run's marker, whose hex digits can spell it.
+		if !regexp.MustCompile(`(^|[\s/-])` + n + `(\s|$)`).MatchString(ps) {
 			continue
 		}
 		if n == "4104" && !tracked {
