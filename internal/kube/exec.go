@@ -58,11 +58,8 @@ func (d *Driver) Exec(ctx context.Context, id string, p driver.Process) (int, bo
 	if len(p.Argv) == 0 {
 		return 0, false, fmt.Errorf("%w: kube: exec: no command", exec.ErrInvalidCommand)
 	}
-	for _, kv := range p.Env {
-		name, _, _ := strings.Cut(kv, "=")
-		if why := marks.Unsettable(name); why != "" {
-			return 0, false, fmt.Errorf("%w: kube: environment variable %q: the exec path sets the environment through sh, where %s", driver.ErrNotSupported, name, why)
-		}
+	if err := marks.CheckEnv("kube", p.Env); err != nil {
+		return 0, false, err
 	}
 	argv := append([]string{"/bin/sh"}, marks.Args(p.Workdir, p.Env, p.Stdin != nil, p.Argv)...)
 	s := marks.New("podvm-exec-", p.Stdin, p.Stdout, p.Stderr)

@@ -124,6 +124,19 @@ func Args(dir string, env []string, stdin bool, argv []string) []string {
 	return append(a, argv...)
 }
 
+// CheckEnv refuses, with [driver.ErrNotSupported], an environment whose
+// variable ExecScript cannot set for the command ([Unsettable]); engine
+// names the exec path ("kube").
+func CheckEnv(engine string, env []string) error {
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if why := Unsettable(name); why != "" {
+			return fmt.Errorf("%w: %s: environment variable %q: the exec path sets the environment through sh, where %s", driver.ErrNotSupported, engine, name, why)
+		}
+	}
+	return nil
+}
+
 // Unsettable says why ExecScript cannot export a variable of this name
 // for the command, or "" when it can.
 func Unsettable(name string) string {

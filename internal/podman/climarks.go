@@ -156,12 +156,8 @@ func older(version string, want [3]int) bool {
 // marks.ExecScript, in /bin/sh, which sets its environment and working
 // directory. no reports an image without /bin/sh (nothing ran).
 func (d CLI) execMarked(ctx context.Context, id string, p driver.Process) (code int, started bool, no bool, err error) {
-	for _, kv := range p.Env {
-		name, _, _ := strings.Cut(kv, "=")
-		if why := marks.Unsettable(name); why != "" {
-			return 0, false, false, fmt.Errorf("%w: podman-remote before %d.%d: environment variable %q: its exec runs the command through sh, where %s",
-				driver.ErrNotSupported, markedFrom[0], markedFrom[1], name, why)
-		}
+	if err := marks.CheckEnv(fmt.Sprintf("podman-remote before %d.%d", markedFrom[0], markedFrom[1]), p.Env); err != nil {
+		return 0, false, false, err
 	}
 	s := marks.New("podvm-exec-", p.Stdin, p.Stdout, p.Stderr)
 	var stdout, stderr counter
